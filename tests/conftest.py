@@ -1,0 +1,39 @@
+"""Shared fixtures: the real course, and throwaway copies of it for nbgrader runs."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from autograder.course import Course
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def course() -> Course:
+    return Course(REPO)
+
+
+@pytest.fixture
+def course_copy(tmp_path) -> Course:
+    """A temporary course with this repository's solutions/ and course/; nbgrader writes there."""
+    for folder in ("solutions", "course"):
+        shutil.copytree(REPO / folder, tmp_path / folder)
+    (tmp_path / "grading").mkdir()
+    return Course(tmp_path)
+
+
+def read_notebook(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def nbgrader_meta(cell: dict) -> dict:
+    return cell.get("metadata", {}).get("nbgrader", {})
+
+
+def source(cell: dict) -> str:
+    return "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
