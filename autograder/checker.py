@@ -26,6 +26,7 @@ _Function = torch.autograd.Function
 _autograd_grad = torch.autograd.grad
 _no_grad = torch.no_grad
 _allclose = torch.allclose
+_equal = torch.equal
 _isclose = torch.isclose
 _randn = torch.randn
 _zeros_like = torch.zeros_like
@@ -186,7 +187,10 @@ def _input_names(function, count: int) -> list[str]:
 
 
 def _check_forward(function, reference, inputs, report, rtol, atol) -> None:
-    got = _as_tuple(_run_student("forward", lambda: function.apply(*inputs.fresh()[0]), inputs))
+    call, _ = inputs.fresh()
+    versions = [a._version if isinstance(a, _Tensor) else None for a in call]
+    got = _as_tuple(_run_student("forward", lambda: function.apply(*call), inputs))
+    _check_modified_inputs(call, versions, got, inputs, report)
     expected = _as_tuple(_run_reference(reference, inputs.fresh()[0]))
     if len(got) != len(expected):
         report.add(
@@ -200,14 +204,35 @@ def _check_forward(function, reference, inputs, report, rtol, atol) -> None:
             report.add(f"{label} is a {type(g).__name__}, expected a tensor.")
         elif g.shape != e.shape:
             report.add(f"{label} has shape {_shape(g)}, expected {_shape(e)}.")
-        elif e.is_floating_point() and g.dtype != e.dtype:
-            report.add(
-                f"{label} has dtype {_dtype(g)}, expected {_dtype(e)} (the inputs were {_dtype(e)}): "
-                f"new tensors made in forward should use the input's dtype."
-            )
+        elif g.dtype != e.dtype:
+            why = ("new tensors made in forward should use the input's dtype" if e.is_floating_point()
+                   else "integer outputs such as indices must keep their integer dtype")
+            report.add(f"{label} has dtype {_dtype(g)}, expected {_dtype(e)}: {why}.")
+        elif not e.is_floating_point() and not _equal(g, e):
+            report.add(f"{label} is wrong (integer values must match exactly).\n{_difference(e, g)}")
         elif not _close(g, e, rtol, atol):
             report.add(f"{label} is wrong, so the gradients cannot be right either; fix forward "
                        f"first.\n{_difference(e, g)}")
+
+
+def _check_modified_inputs(call, versions, outputs, inputs, report) -> None:
+    """An input that forward changed in place must be declared with ``ctx.mark_dirty``.
+
+    Without it autograd keeps the input's old history, so gradients through the modified tensor
+    are silently wrong. ``mark_dirty`` moves the input's history onto this Function's node.
+    """
+    node = next((o.grad_fn for o in outputs if isinstance(o, _Tensor) and o.grad_fn is not None), None)
+    for name, arg, version in zip(inputs.names, call, versions):
+        if not isinstance(arg, _Tensor) or arg._version == version:
+            continue
+        if not inputs.inplace:
+            report.add(f"forward modified its input `{name}` in place. Compute a new tensor instead "
+                       f"(e.g. {name} * 2, not {name}.mul_(2)); an in-place Function must call "
+                       f"ctx.mark_dirty({name}) and is checked with check_function(..., inplace=True).")
+        elif node is None or arg.grad_fn is not node:
+            report.add(f"forward modified `{name}` in place without ctx.mark_dirty({name}): autograd "
+                       f"still believes `{name}` holds its old values, so gradients through it are "
+                       f"silently wrong. Call ctx.mark_dirty({name}) in forward and return `{name}`.")
 
 
 # --------------------------------------------------------------------------------------------

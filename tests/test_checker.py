@@ -609,3 +609,60 @@ def test_patched_allclose_does_not_make_a_wrong_function_pass(function, tamper_f
     finally:
         torch.allclose = real_allclose
     assert "sign" in message
+
+
+# --------------------------------------------------------------------------------------------
+# Integer outputs (indices) are compared exactly, dtype included.
+
+
+class SortFloatIndices(Sort):
+    @staticmethod
+    def forward(ctx, x):
+        values, indices = Sort.forward(ctx, x)
+        return values, indices.to(values.dtype)
+
+
+class IndexOffByOne(Function):
+    @staticmethod
+    def forward(ctx, x):
+        index = torch.tensor([2_000_001])
+        ctx.mark_non_differentiable(index)
+        return x * 2, index
+
+    @staticmethod
+    def backward(ctx, grad_output, grad_index):
+        return 2 * grad_output
+
+
+def test_integer_output_of_the_wrong_dtype_is_reported():
+    message = failure(SortFloatIndices, torch.sort, torch.randn(6))
+    assert "output 1" in message and "dtype float64, expected int64" in message
+
+
+def test_integer_output_is_compared_exactly():
+    message = failure(IndexOffByOne, lambda x: (x * 2, torch.tensor([2_000_000])), torch.randn(3))
+    assert "output 1 is wrong" in message and "exactly" in message
+
+
+# --------------------------------------------------------------------------------------------
+# In-place Functions must declare the modified input with ctx.mark_dirty.
+
+
+class Double_NoMarkDirty(Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.mul_(2)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        return 2 * grad_output
+
+
+def test_in_place_without_mark_dirty_is_reported():
+    message = failure(Double_NoMarkDirty, lambda x: 2 * x, torch.randn(4), inplace=True)
+    assert "`x`" in message and "mark_dirty" in message
+
+
+def test_in_place_change_in_an_out_of_place_check_is_reported():
+    message = failure(Double_NoMarkDirty, lambda x: 2 * x, torch.randn(4))
+    assert "modified its input `x` in place" in message
