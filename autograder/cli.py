@@ -5,7 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
+from pathlib import Path
+
 from autograder.course import Course, CourseError, release
+from autograder.selfcheck import check_notebook
 from autograder.validation import validate
 
 
@@ -27,6 +30,19 @@ def _validate(args, course: Course) -> int:
     return 1 if failed else 0
 
 
+def _check(args, course: Course) -> int:
+    results = check_notebook(args.notebook, course)
+    for r in results:
+        print(f"{'PASS' if r.passed else 'FAIL'}  {r.score:g}/{r.max_score:g}  {r.grade_id}: {r.description}")
+        if not r.passed and r.message:
+            print("      " + r.message.replace("\n", "\n      "))
+    score, total = sum(r.score for r in results), sum(r.max_score for r in results)
+    failed = sum(not r.passed for r in results)
+    print(f"score: {score:g} / {total:g}")
+    print(f"{len(results) - failed} passed, {failed} failed")
+    return 0 if failed == 0 else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m autograder",
@@ -46,6 +62,13 @@ def build_parser() -> argparse.ArgumentParser:
                                         "test may pass). Exits 1 if any notebook fails.")
     p.add_argument("assignments", nargs="*", metavar="ASSIGNMENT", help="assignment ids (default: all)")
     p.set_defaults(run=_validate)
+
+    p = commands.add_parser("check", help="grade one notebook locally against the full tests",
+                            description="Autograde one notebook (your copy of an assignment) with every "
+                                        "test, hidden ones included, and print each test's result and "
+                                        "message. Exits 1 unless every test passes.")
+    p.add_argument("notebook", type=Path, help="path to your .ipynb (named like the assignment)")
+    p.set_defaults(run=_check)
     return parser
 
 
