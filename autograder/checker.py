@@ -221,7 +221,7 @@ def _check_modified_inputs(call, versions, outputs, inputs, report) -> None:
     Without it autograd keeps the input's old history, so gradients through the modified tensor
     are silently wrong. ``mark_dirty`` moves the input's history onto this Function's node.
     """
-    node = next((o.grad_fn for o in outputs if isinstance(o, _Tensor) and o.grad_fn is not None), None)
+    node = _graph_node(outputs)
     for name, arg, version in zip(inputs.names, call, versions):
         if not isinstance(arg, _Tensor) or arg._version == version:
             continue
@@ -321,7 +321,7 @@ def _raw_gradients(function, reference, inputs, case, report, rtol, atol):
     """
     call, _ = inputs.fresh()
     outputs = _as_tuple(_run_student("forward", lambda: function.apply(*call), inputs))
-    node = next((o.grad_fn for o in outputs if isinstance(o, _Tensor) and o.grad_fn is not None), None)
+    node = _graph_node(outputs)
     if node is None:
         report.add("forward's outputs are not connected to the inputs (no grad_fn): return new "
                    "tensors computed from the inputs, not detached copies.")
@@ -567,6 +567,11 @@ def _run_reference(reference, args):
 
 def _is_float_tensor(value) -> bool:
     return isinstance(value, _Tensor) and value.is_floating_point()
+
+
+def _graph_node(outputs):
+    """The backward node ``apply`` recorded for these outputs (shared by all of them), or None."""
+    return next((o.grad_fn for o in outputs if isinstance(o, _Tensor) and o.grad_fn is not None), None)
 
 
 def _as_tuple(value) -> tuple:

@@ -8,7 +8,7 @@ import json
 import pytest
 from nbgrader.api import Gradebook
 
-from conftest import nbgrader_meta, read_notebook, source
+from conftest import filled_release, nbgrader_meta, read_notebook, solution_answers, source
 
 ASSIGNMENT = "01_first_function"
 
@@ -28,29 +28,16 @@ WRONG_POLY = '''class PolyFunction(torch.autograd.Function):
 
 def _submit(course, student: str, answers: dict[str, str]) -> None:
     """Put a filled-in copy of the released notebook where nbgrader looks for submissions."""
-    notebook = read_notebook(course.release / ASSIGNMENT / f"{ASSIGNMENT}.ipynb")
-    for cell in notebook["cells"]:
-        grade_id = nbgrader_meta(cell).get("grade_id")
-        if grade_id in answers:
-            cell["source"] = answers[grade_id]
     folder = course.grading / "submitted" / student / ASSIGNMENT
     folder.mkdir(parents=True)
-    (folder / f"{ASSIGNMENT}.ipynb").write_text(json.dumps(notebook, indent=1))
-
-
-def _solutions(course) -> dict[str, str]:
-    """The instructor's answers, markers removed: what a student who got everything right writes."""
-    notebook = read_notebook(course.solutions / ASSIGNMENT / f"{ASSIGNMENT}.ipynb")
-    return {nbgrader_meta(c)["grade_id"]: "\n".join(
-                line for line in source(c).splitlines() if "### BEGIN SOLUTION" not in line and "### END SOLUTION" not in line)
-            for c in notebook["cells"] if nbgrader_meta(c).get("solution")}
+    (folder / f"{ASSIGNMENT}.ipynb").write_text(json.dumps(filled_release(course.root, ASSIGNMENT, answers), indent=1))
 
 
 @pytest.mark.slow
 def test_release_submit_autograde_feedback_export(course_copy):
     course = course_copy
     course.nbgrader("generate_assignment", ASSIGNMENT, "--force")
-    right = _solutions(course)
+    right = solution_answers(course.root, ASSIGNMENT)
     _submit(course, "alice", right)
     _submit(course, "bob", {**right, "poly_function": WRONG_POLY})
 

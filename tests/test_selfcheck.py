@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from conftest import REPO, nbgrader_meta, read_notebook, source
+from conftest import REPO, filled_release, solution_answers
 
 ASSIGNMENT = "01_first_function"
 
@@ -21,16 +21,11 @@ def _check(path) -> subprocess.CompletedProcess:
 @pytest.mark.slow
 def test_check_reports_each_test_and_why_it_failed(tmp_path):
     """A notebook with one typical bug: every other test passes, the buggy one says why."""
-    released = read_notebook(REPO / "course" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb")
-    solutions = {nbgrader_meta(c)["grade_id"]: source(c)
-                 for c in read_notebook(REPO / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb")["cells"]
-                 if nbgrader_meta(c).get("solution")}
-    for cell in released["cells"]:
-        grade_id = nbgrader_meta(cell).get("grade_id")
-        if grade_id in solutions:
-            cell["source"] = solutions[grade_id]
-            if grade_id == "cube":  # forget the chain rule
-                cell["source"] = cell["source"].replace("return grad_output * 3 * x ** 2", "return 3 * x ** 2")
+    answers = solution_answers(REPO, ASSIGNMENT)
+    # A typical bug: Cube's backward forgets the chain rule.
+    assert "return grad_output * 3 * x ** 2" in answers["cube"]
+    answers["cube"] = answers["cube"].replace("return grad_output * 3 * x ** 2", "return 3 * x ** 2")
+    released = filled_release(REPO, ASSIGNMENT, answers)
     mine = tmp_path / f"{ASSIGNMENT}.ipynb"
     mine.write_text(json.dumps(released))
 
