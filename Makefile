@@ -26,8 +26,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
 	touch $@
 
+# Jupyter refuses to start as root unless told to (containers often run as root).
+ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
+
 lab: install  ## Open the student notebooks (course/) in JupyterLab
-	$(BIN)/jupyter lab --ServerApp.root_dir=course
+	$(BIN)/jupyter lab --ServerApp.root_dir=course $(ALLOW_ROOT)
 
 test: install  ## Run the whole test suite (what CI runs)
 	$(BIN)/python -m pytest
