@@ -1,0 +1,1 @@
+"""The demo class: made-up submissions of assignment 01 for trying the grading workflow."""
