@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from pathlib import Path
 
 from autograder.course import Course, CourseError, release
+from autograder.executor import Limits
 from autograder.selfcheck import check_notebook
 from autograder.validation import validate
 
@@ -43,6 +45,80 @@ def _check(args, course: Course) -> int:
     return 0 if failed == 0 else 1
 
 
+def _collect(args, course: Course) -> int:
+    from autograder.collect import collect
+
+    results = collect(course, args.assignment, args.source)
+    for r in results:
+        print(r.summary())
+    problems = sum(bool(r.problems or r.missing) for r in results)
+    print(f"{sum(bool(r.collected) for r in results)} students collected, {problems} with problems")
+    return 0
+
+
+def _grade(args, course: Course) -> int:
+    from autograder.grading import GRADES_CSV, grade
+
+    limits = Limits(cell_timeout=args.timeout, memory=int(args.memory * 1024**3) if args.memory else None,
+                    threads=max(1, (os.cpu_count() or 1) // (args.jobs or os.cpu_count() or 1)))
+    rows = grade(course, args.assignment, jobs=args.jobs, limits=limits, scheduler=args.scheduler,
+                 force=args.force)
+    if not rows:
+        raise CourseError(f"no submissions of {args.assignment} in {course.grading / 'submitted'}: "
+                          f"run `python -m autograder collect {args.assignment} SOURCE` first")
+    width = max(len("student"), *(len(r.student_id) for r in rows))
+    print(f"{'student':<{width}}  {'score':>11}  status")
+    for r in rows:
+        note = f" ({r.detail})" if r.detail else ""
+        print(f"{r.student_id:<{width}}  {r.score:>5g} / {r.max_score:<3g}  {r.status}{note}")
+    counts = {}
+    for r in rows:
+        counts[r.status] = counts.get(r.status, 0) + 1
+    print(", ".join(f"{n} {status}" for status, n in counts.items()) + f"; wrote {course.grading / GRADES_CSV}")
+    return 0
+
+
+def _feedback(args, course: Course) -> int:
+    from autograder.feedback import feedback
+
+    pages = feedback(course, args.assignment)
+    for page in pages:
+        print(f"wrote {page.relative_to(course.root)}")
+    print(f"{len(pages)} feedback pages")
+    return 0
+
+
+def _report(args, course: Course) -> int:
+    from autograder.report import report
+
+    result = report(course, args.assignment, args.out or course.grading / "reports" / args.assignment)
+    print(result.summary())
+    return 0
+
+
+def _demo(args, course: Course) -> int:
+    """Collect, grade, give feedback on and report the bundled demo class of assignment 01."""
+    from autograder.demo import DEMO_ASSIGNMENT, DEMO_ROOT
+
+    steps = [["collect", DEMO_ASSIGNMENT, str(DEMO_ROOT / DEMO_ASSIGNMENT)], ["grade", DEMO_ASSIGNMENT],
+             ["feedback", DEMO_ASSIGNMENT], ["report", DEMO_ASSIGNMENT]]
+    for step in steps:
+        print(f"\n$ python -m autograder {' '.join(step)}")
+        sys.stdout.flush()
+        args = build_parser().parse_args(step)
+        status = args.run(args, course)
+        if status:
+            return status
+    return 0
+
+
+def _bench(args, course: Course) -> int:
+    from autograder.bench import bench
+
+    result = bench(args.students, args.jobs)
+    return 1 if result["differences"] else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m autograder",
@@ -69,13 +145,73 @@ def build_parser() -> argparse.ArgumentParser:
                                         "message. Exits 1 unless every test passes.")
     p.add_argument("notebook", type=Path, help="path to your .ipynb (named like the assignment)")
     p.set_defaults(run=_check)
+
+    from autograder import book  # the command's arguments and run() live there (python -m autograder.book)
+    p = commands.add_parser("book", help="render the course, solutions run, as a static HTML site in book/",
+                            description=book.DESCRIPTION)
+    book.add_arguments(p)
+    p.set_defaults(run=book.run)
+
+    p = commands.add_parser("collect", help="put downloaded submissions where grading expects them",
+                            description="Copy submissions from a folder with one sub-folder per student "
+                                        "(SOURCE/<student_id>/<notebook>.ipynb) or from a zip of such folders "
+                                        "(an LMS download) into grading/submitted/. Wrong or missing file "
+                                        "names are reported per student.")
+    p.add_argument("assignment", metavar="ASSIGNMENT")
+    p.add_argument("source", type=Path, metavar="SOURCE", help="folder or .zip of student folders")
+    p.set_defaults(run=_collect)
+
+    p = commands.add_parser("grade", help="autograde every collected submission, in parallel",
+                            description="Autograde every submission in grading/submitted/ into the gradebook "
+                                        "and grading/autograded/, several at once, each in its own fresh "
+                                        "process with a time and memory limit. Writes grading/grades.csv "
+                                        "(student_id, assignment, score, max_score, status). Submissions "
+                                        "already graded and unchanged are not graded again.")
+    p.add_argument("assignment", metavar="ASSIGNMENT")
+    p.add_argument("--jobs", "-j", type=int, default=None, help="notebooks graded at once (default: CPU cores)")
+    p.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
+                   help="longest a cell may run (default 60); after one cell times out, later cells get 10 s")
+    p.add_argument("--memory", type=float, default=4.0, metavar="GB",
+                   help="memory a notebook may use beyond its start (default 4; 0 for no limit)")
+    p.add_argument("--scheduler", metavar="ADDRESS",
+                   help="run the notebooks on a Dask cluster (e.g. tcp://10.0.0.5:8786) instead of here")
+    p.add_argument("--force", action="store_true", help="grade again even what is already graded")
+    p.set_defaults(run=_grade)
+
+    p = commands.add_parser("feedback", help="write per-student HTML feedback",
+                            description="Write grading/feedback/<student>/<assignment>/<notebook>.html for "
+                                        "every graded student: scores, and each failing test's message "
+                                        "(never the hidden tests' source).")
+    p.add_argument("assignment", metavar="ASSIGNMENT")
+    p.set_defaults(run=_feedback)
+
+    p = commands.add_parser("report", help="summarise how the class did, with figures",
+                            description="Write a score histogram and per-exercise pass rates (PNG) and a "
+                                        "summary to grading/reports/<assignment>/ (or --out).")
+    p.add_argument("assignment", metavar="ASSIGNMENT")
+    p.add_argument("--out", type=Path, default=None, help="folder for the report")
+    p.set_defaults(run=_report)
+
+    p = commands.add_parser("demo", help="collect, grade, give feedback on and report the demo class",
+                            description="Run the instructor workflow on the bundled demo class of "
+                                        "assignment 01 (autograder/demo/): collect, grade, feedback, report.")
+    p.set_defaults(run=_demo)
+
+    p = commands.add_parser("bench", help="time this grader against sequential nbgrader autograde",
+                            description="Grade N generated submissions of assignment 01 twice, with "
+                                        "`python -m autograder grade` and with plain sequential `nbgrader "
+                                        "autograde`, in throwaway course copies; print both times and the "
+                                        "ratio. Exits 1 if any score differs.")
+    p.add_argument("--students", type=int, default=40, help="submissions to grade (default 40)")
+    p.add_argument("--jobs", "-j", type=int, default=None, help="notebooks graded at once (default: CPU cores)")
+    p.set_defaults(run=_bench)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return args.run(args, Course())
+        return args.run(args, Course.from_environment())
     except CourseError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

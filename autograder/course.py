@@ -21,6 +21,11 @@ class Course:
 
     root: Path = REPO_ROOT
 
+    @classmethod
+    def from_environment(cls) -> "Course":
+        """The course at ``$AUTOGRADER_COURSE_ROOT`` if set (as nbgrader_config.py reads it), else this repository."""
+        return cls(Path(os.environ.get("AUTOGRADER_COURSE_ROOT") or REPO_ROOT).resolve())
+
     @property
     def solutions(self) -> Path:
         return self.root / "solutions"

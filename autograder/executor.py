@@ -49,7 +49,8 @@ class Execution:
     outputs: dict[int, list[dict]] = field(default_factory=dict)
     execution_counts: dict[int, int] = field(default_factory=dict)
     status: str = "graded"          # graded | timed out | ran out of memory | kernel died
-    detail: str = ""                # one line for the instructor's table
+    cell: int | None = None         # index of the cell where that happened
+    detail: str = ""                # what happened there, in a few words
     seconds: float = 0.0
 
 
@@ -61,6 +62,14 @@ def _context():
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(["autograder.warm"])
     return context
+
+
+def warm_up() -> None:
+    """Start the warm process now (it imports torch in the background) so the first notebook need not wait."""
+    _context()
+    from multiprocessing import forkserver
+
+    forkserver.ensure_running()
 
 
 def execute(cells: list[dict], cwd: str, limits: Limits = Limits(),
@@ -77,7 +86,7 @@ def execute(cells: list[dict], cwd: str, limits: Limits = Limits(),
     running, cell_started, timed_out = None, time.monotonic(), False
     try:
         while True:
-            limit = limits.after_timeout if timed_out else limits.cell_timeout
+            limit = min(limits.after_timeout, limits.cell_timeout) if timed_out else limits.cell_timeout
             wait = max(0.05, cell_started + limit + 5.0 - time.monotonic())
             if receive.poll(wait):
                 try:
@@ -92,7 +101,7 @@ def execute(cells: list[dict], cwd: str, limits: Limits = Limits(),
                     result.outputs[index], result.execution_counts[index] = outputs, count
                     running = None
                     if status != "ok" and result.status == "graded":
-                        result.status, result.detail = status, f"cell {index}"
+                        result.status, result.cell = status, index
                     timed_out = timed_out or status == "timed out"
                 elif kind == "done":
                     break
@@ -104,7 +113,7 @@ def execute(cells: list[dict], cwd: str, limits: Limits = Limits(),
                 _append(result, running, _error("TimeoutError",
                         f"timed out after {limit:g} s: the cell did not stop when asked, so "
                         "grading stopped this notebook here"))
-                result.status, result.detail = "timed out", f"cell {running}"
+                result.status, result.cell, result.detail = "timed out", running, "did not stop when asked"
                 running = "killed"
                 break
             elif not child.is_alive():
@@ -119,14 +128,13 @@ def execute(cells: list[dict], cwd: str, limits: Limits = Limits(),
         # The process vanished in the middle of a cell.
         why = _death(child.exitcode)
         _append(result, running, _error("DeadKernelError", f"the kernel died while running this cell ({why})"))
-        result.status, result.detail = "kernel died", f"cell {running}: {why}"
+        result.status, result.cell, result.detail = "kernel died", running, why
     if result.status in ("kernel died", "timed out") and running is not None:
-        stopped_at = running if isinstance(running, int) else max(result.outputs, default=-1)
         for index, cell in enumerate(cells):
             if cell.get("cell_type") == "code" and index not in result.outputs:
                 result.outputs[index] = [_error(
-                    "NotRunError", f"not run: grading of this notebook stopped at cell {stopped_at} "
-                    f"({result.status})")]
+                    "NotRunError", f"not run: grading of this notebook stopped earlier ({result.status}"
+                    f"{': ' + result.detail if result.detail else ''})")]
     result.seconds = time.monotonic() - started
     return result
 
@@ -180,7 +188,7 @@ def _child_main(cells, cwd, limits: Limits, env, connection) -> None:
             source = cell.get("source", "")
             source = "".join(source) if isinstance(source, list) else source
             connection.send(("start", index))
-            limit = limits.after_timeout if timed_out else limits.cell_timeout
+            limit = min(limits.after_timeout, limits.cell_timeout) if timed_out else limits.cell_timeout
             recorder.begin(hidden=HIDDEN_TESTS_MARKER in source, limit=limit, memory=limits.memory)
             signal.setitimer(signal.ITIMER_REAL, limit)
             try:

@@ -43,7 +43,7 @@ from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, Clea
                                     SaveAutoGrades)
 
 from autograder.course import Course, CourseError
-from autograder.executor import Execution, Limits, execute
+from autograder.executor import Execution, Limits, execute, warm_up
 
 GRADES_CSV = "grades.csv"
 MARKER = ".autograder.json"
@@ -92,6 +92,8 @@ def grade(course: Course, assignment: str, jobs: int | None = None, limits: Limi
     with _grading_lock(course), warnings.catch_warnings():
         # nbgrader's own gradebook code trips SQLAlchemy's autoflush warnings; they are not ours to fix.
         warnings.simplefilter("ignore", category=SAWarning)
+        if not scheduler:
+            warm_up()
         _sync_gradebook(course, assignment)
         grader = _Grader(course, assignment, limits)
         students = grader.submitted_students()
@@ -246,7 +248,9 @@ class _Grader:
                 continue
             nbformat.write(nb, staging / f"{notebook_id}.ipynb")
             env = {"NBGRADER_EXECUTION": "autograde", "MPLBACKEND": "module://matplotlib_inline.backend_inline"}
-            tasks.append(Task(student, notebook_id, [dict(c) for c in nb.cells], str(staging), self.limits, env))
+            # Plain dicts of what the worker needs: unpickling nbformat's classes would import nbformat there.
+            cells = [{"cell_type": str(c.cell_type), "source": str(c.source)} for c in nb.cells]
+            tasks.append(Task(student, notebook_id, cells, str(staging), self.limits, env))
         return row, tasks
 
     def _copy_course_files(self, staging: Path) -> None:
@@ -299,7 +303,9 @@ class _Grader:
         nbformat.write(nb, path)
         row, left = self.pending[task.student_id]
         if execution.status != "graded":
-            _worsen(row, execution.status, f"{task.notebook_id}: {execution.detail}")
+            where = _cell_name(nb, execution.cell)
+            _worsen(row, execution.status, f"{task.notebook_id}, {where}"
+                                           f"{': ' + execution.detail if execution.detail else ''}")
         self.pending[task.student_id] = (row, left - 1)
         if left - 1:
             return None
@@ -359,6 +365,18 @@ def _write_problem_notebook(path: Path, problem: str) -> None:
         f"## This submission could not be graded\n\n{problem}\n\nEvery test in it scores 0. "
         "Open the notebook in JupyterLab, check that it runs, save it, and hand it in again."))
     nbformat.write(nb, path)
+
+
+def _cell_name(nb, index: int | None) -> str:
+    """How a person finds a cell: the graded test's id, else the exercise it follows, else its number."""
+    if index is None:
+        return "unknown cell"
+    grade_id = nb.cells[index].metadata.get("nbgrader", {}).get("grade_id")
+    if grade_id:
+        return f"cell '{grade_id}'"
+    before = [c.metadata.get("nbgrader", {}).get("grade_id") for c in nb.cells[:index]]
+    named = [g for g in before if g]
+    return f"cell {index + 1}" + (f" (after '{named[-1]}')" if named else "")
 
 
 def _worsen(row: Row, status: str, detail: str) -> None:

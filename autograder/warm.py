@@ -13,9 +13,14 @@ import sys
 
 import IPython  # noqa: F401  (imported here so children need not)
 import matplotlib
+import matplotlib.pyplot  # noqa: F401
 import matplotlib_inline.backend_inline  # noqa: F401
 import numpy  # noqa: F401
 import torch  # noqa: F401
+import torch.autograd.gradcheck  # noqa: F401
+import torch.func  # noqa: F401
+import torch.fx.experimental.symbolic_shapes  # noqa: F401  (torch.autograd.grad imports it on first use: ~1 s)
+import torch.utils.benchmark  # noqa: F401
 from IPython.core.displayhook import DisplayHook
 from IPython.core.displaypub import DisplayPublisher
 from IPython.core.interactiveshell import InteractiveShell
