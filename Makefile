@@ -13,10 +13,11 @@ export JUPYTER_CONFIG_PATH := $(CURDIR)/autograder
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 .DEFAULT_GOAL := help
-.PHONY: help install lab test release validate clean
+.PHONY: help install lab test release validate clean browser book benchmark \
+        collect grade feedback report demo bench-grade
 
 help:  ## List the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
 install: $(STAMP)  ## Create .venv and install the pinned stack (idempotent)
 
@@ -32,7 +33,7 @@ ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 lab: install  ## Open the student notebooks (course/) in JupyterLab
 	$(BIN)/jupyter lab --ServerApp.root_dir=course $(ALLOW_ROOT)
 
-test: install  ## Run the whole test suite (what CI runs)
+test: install browser  ## Run the whole test suite (what CI runs)
 	$(BIN)/python -m pytest
 
 release: install  ## Regenerate course/ from solutions/ with nbgrader
@@ -40,6 +41,50 @@ release: install  ## Regenerate course/ from solutions/ with nbgrader
 
 validate: install  ## Solutions earn full marks; the blank release earns none
 	$(BIN)/python -m autograder validate
+
+# The instructor's grading steps: make collect A=01_first_function SOURCE=downloads.zip, then
+# grade, feedback and report with the same A (see `python -m autograder COMMAND --help`).
+A ?= 01_first_function
+SOURCE ?=
+JOBS ?=
+N ?= 40
+
+collect: install  ## Put submissions from SOURCE (folder or zip) into grading/ for assignment A
+	@test -n "$(SOURCE)" || { echo "usage: make collect A=<assignment> SOURCE=<folder or .zip>"; exit 2; }
+	$(BIN)/python -m autograder collect $(A) $(SOURCE)
+
+grade: install  ## Autograde every collected submission of A in parallel; writes grading/grades.csv
+	$(BIN)/python -m autograder grade $(A) $(if $(JOBS),--jobs $(JOBS))
+
+feedback: install  ## Per-student HTML feedback for A in grading/feedback/
+	$(BIN)/python -m autograder feedback $(A)
+
+report: install  ## Score histogram and per-exercise pass rates for A in grading/reports/
+	$(BIN)/python -m autograder report $(A)
+
+demo: install  ## Instructor quick start: collect, grade, feedback and report the demo class
+	$(BIN)/python -m autograder demo
+
+bench-grade: install  ## Grade N (40) submissions with this grader and with sequential nbgrader; compare
+	$(BIN)/python -m autograder bench --students $(N)
+
+benchmark: install  ## Time CPU vs GPU; write assignment 06's reference data and figures
+	$(BIN)/python -m autograder.benchmark
+	$(BIN)/python -m autograder release 06_gpu_timing
+
+# The browser tests drive Debian's chromium (no Playwright browser download); $CHROMIUM overrides
+# its path. Without apt-get (not Debian) nothing is installed and those tests skip, saying why.
+CHROMIUM ?= /usr/bin/chromium
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+
+browser:  ## Install Debian's chromium for the browser tests (apt-get, only when missing)
+	@test -x $(CHROMIUM) \
+	  || { ! command -v apt-get >/dev/null && echo "no $(CHROMIUM) and no apt-get: browser tests will skip"; } \
+	  || DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y chromium \
+	  || { $(SUDO) apt-get update && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y chromium; }
+
+book: install  ## Render the course, solutions run, as a static HTML site in book/
+	$(BIN)/python -m autograder book
 
 clean:  ## Remove the instructor workspace (grading/) and caches; keeps .venv
 	rm -rf grading .pytest_cache test-artifacts

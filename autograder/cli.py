@@ -92,13 +92,15 @@ def _report(args, course: Course) -> int:
     from autograder.report import report
 
     result = report(course, args.assignment, args.out or course.grading / "reports" / args.assignment)
-    print(result.summary())
+    print(result.summary.read_text(encoding="utf-8").rstrip())
+    for path in (result.summary, result.histogram, result.pass_rates):
+        print(f"wrote {path}")
     return 0
 
 
 def _demo(args, course: Course) -> int:
     """Collect, grade, give feedback on and report the bundled demo class of assignment 01."""
-    from autograder.demo import DEMO_ASSIGNMENT, DEMO_ROOT
+    from autograder.demo.make_demo import ASSIGNMENT as DEMO_ASSIGNMENT, DEMO_ROOT
 
     steps = [["collect", DEMO_ASSIGNMENT, str(DEMO_ROOT / DEMO_ASSIGNMENT)], ["grade", DEMO_ASSIGNMENT],
              ["feedback", DEMO_ASSIGNMENT], ["report", DEMO_ASSIGNMENT]]

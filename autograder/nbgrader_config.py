@@ -23,7 +23,9 @@ c.CourseDirectory.release_directory = "course"
 c.CourseDirectory.submitted_directory = os.path.join("grading", "submitted")
 c.CourseDirectory.autograded_directory = os.path.join("grading", "autograded")
 c.CourseDirectory.feedback_directory = os.path.join("grading", "feedback")
-c.CourseDirectory.db_url = "sqlite:///" + os.path.join(root, "grading", "gradebook.db")
+# The gradebook: SQLite in grading/ by default. For a shared server set AUTOGRADER_DB_URL (or edit
+# this line), e.g. postgresql+psycopg2://user:password@host:5432/gradebook (tested with PostgreSQL 15).
+c.CourseDirectory.db_url = os.environ.get("AUTOGRADER_DB_URL") or "sqlite:///" + os.path.join(root, "grading", "gradebook.db")
 # SQLite cannot create the gradebook's folder itself ("unable to open database file").
 os.makedirs(os.path.join(root, "grading"), exist_ok=True)
 
