@@ -13,7 +13,7 @@ export JUPYTER_CONFIG_PATH := $(CURDIR)/autograder
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 .DEFAULT_GOAL := help
-.PHONY: help install lab test release validate clean browser book benchmark \
+.PHONY: help install lab test release validate clean browser postgres book benchmark \
         collect grade feedback report demo bench-grade
 
 help:  ## List the targets
@@ -33,7 +33,7 @@ ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 lab: install  ## Open the student notebooks (course/) in JupyterLab
 	$(BIN)/jupyter lab --ServerApp.root_dir=course $(ALLOW_ROOT)
 
-test: install browser  ## Run the whole test suite (what CI runs)
+test: install browser postgres  ## Run the whole test suite (what CI runs)
 	$(BIN)/python -m pytest
 
 release: install  ## Regenerate course/ from solutions/ with nbgrader
@@ -82,6 +82,12 @@ browser:  ## Install Debian's chromium for the browser tests (apt-get, only when
 	  || { ! command -v apt-get >/dev/null && echo "no $(CHROMIUM) and no apt-get: browser tests will skip"; } \
 	  || DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y chromium \
 	  || { $(SUDO) apt-get update && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y chromium; }
+
+postgres:  ## Install Debian's PostgreSQL server for the gradebook tests (apt-get, only when missing)
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 \
+	  || { ! command -v apt-get >/dev/null && echo "no PostgreSQL and no apt-get: PostgreSQL tests will skip"; } \
+	  || DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y postgresql \
+	  || { $(SUDO) apt-get update && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y postgresql; }
 
 book: install  ## Render the course, solutions run, as a static HTML site in book/
 	$(BIN)/python -m autograder book

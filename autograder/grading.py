@@ -80,6 +80,11 @@ class Task:
 
 def run_task(task: Task) -> Execution:
     """Execute one task's cells (what a worker runs; importable by Dask workers)."""
+    import multiprocessing
+
+    if multiprocessing.current_process().daemon:
+        raise CourseError("this Dask worker may not start processes: start workers with "
+                          "DASK_DISTRIBUTED__WORKER__DAEMON=False (see README, 'Grading on a cluster')")
     return execute(task.cells, task.cwd, task.limits, task.env)
 
 

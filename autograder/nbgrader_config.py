@@ -18,6 +18,8 @@ c = get_config()  # noqa: F821 - provided by traitlets when it runs this file
 root = os.environ.get("AUTOGRADER_COURSE_ROOT") or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 c.CourseDirectory.root = root
+# A course id is required by PostgreSQL gradebooks (SQLite does not enforce the foreign key).
+c.CourseDirectory.course_id = "custom-autograd-functions"
 c.CourseDirectory.source_directory = "solutions"
 c.CourseDirectory.release_directory = "course"
 c.CourseDirectory.submitted_directory = os.path.join("grading", "submitted")
