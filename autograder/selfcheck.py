@@ -1,13 +1,15 @@
 """Grade one notebook locally against the full tests, hidden ones included.
 
 For students before they hand in, and for self-study readers: the notebook is autograded by
-real nbgrader in a throwaway copy of the course, and the result of every graded test is
+this course's grader (nbgrader's own steps, see ``autograder.grading``) in a throwaway copy of
+the course, and the result of every graded test is
 reported with the message that explains a failure (never the hidden tests' source).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -16,6 +18,7 @@ from pathlib import Path
 from nbgrader.api import Gradebook
 
 from autograder.course import Course, CourseError
+from autograder.grading import grade
 
 STUDENT = "me"
 
@@ -42,15 +45,13 @@ def check_notebook(notebook: Path, course: Course = Course()) -> list[TestResult
     with tempfile.TemporaryDirectory(prefix="autograder-check-") as tmp:
         scratch = Course(Path(tmp))
         shutil.copytree(course.solutions / assignment, scratch.solutions / assignment)
-        scratch.nbgrader("generate_assignment", assignment, "--force", "--log-level=ERROR")
         submitted = scratch.grading / "submitted" / STUDENT / assignment
         submitted.mkdir(parents=True)
         shutil.copy(notebook, submitted / f"{assignment}.ipynb")
-        scratch.nbgrader("autograde", assignment, "--log-level=ERROR", check=False)
+        [row] = grade(scratch, assignment, jobs=1, progress=open(os.devnull, "w"))
+        if row.status == "invalid notebook":
+            raise CourseError(f"{notebook} could not be graded: {row.detail}")
         graded = scratch.grading / "autograded" / STUDENT / assignment / f"{assignment}.ipynb"
-        if not graded.exists():
-            raise CourseError(f"{notebook} could not be graded: nbgrader could not run it "
-                              f"(is it a valid notebook of {assignment}?)")
         messages = _failure_messages(graded)
         with Gradebook(f"sqlite:///{scratch.grading / 'gradebook.db'}") as gb:
             grades = {g.name: g for g in gb.find_submission_notebook(assignment, assignment, STUDENT).grades}

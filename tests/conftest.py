@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from autograder.course import Course
+from autograder.demo import make_demo
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -41,17 +42,9 @@ def source(cell: dict) -> str:
 
 def solution_answers(root: Path, assignment: str) -> dict[str, str]:
     """grade_id -> the instructor's answer without nbgrader's markers: what a right student writes."""
-    notebook = read_notebook(root / "solutions" / assignment / f"{assignment}.ipynb")
-    return {nbgrader_meta(c)["grade_id"]: "\n".join(
-                line for line in source(c).splitlines() if "### BEGIN SOLUTION" not in line and "### END SOLUTION" not in line)
-            for c in notebook["cells"] if nbgrader_meta(c).get("solution")}
+    return make_demo.solution_answers(Course(root), assignment)
 
 
 def filled_release(root: Path, assignment: str, answers: dict[str, str]) -> dict:
-    """The released notebook with the solution cells named in ``answers`` filled in."""
-    notebook = read_notebook(root / "course" / assignment / f"{assignment}.ipynb")
-    for cell in notebook["cells"]:
-        grade_id = nbgrader_meta(cell).get("grade_id")
-        if grade_id in answers:
-            cell["source"] = answers[grade_id]
-    return notebook
+    """The released notebook (as JSON) with the solution cells named in ``answers`` filled in."""
+    return json.loads(make_demo.filled_release(Course(root), assignment, answers))
