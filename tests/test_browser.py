@@ -1,0 +1,316 @@
+"""A real JupyterLab in headless Chromium: the student's path, the instructor's, and the book.
+
+Each test starts JupyterLab from this environment on a free localhost port, on a temporary copy
+of the course, and drives Debian's chromium with Playwright (no browser download; `make browser`
+installs chromium). Every step saves a screenshot under test-artifacts/browser/<test>/, and a
+failure names the step that broke.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+from playwright.sync_api import expect, sync_playwright
+
+from autograder.book import build
+from autograder.course import Course
+from autograder.demo.make_demo import DEMO_ROOT
+from conftest import REPO, nbgrader_meta, read_notebook, solution_answers
+
+pytestmark = pytest.mark.slow
+
+ASSIGNMENT = "01_first_function"
+ARTIFACTS = REPO / "test-artifacts" / "browser"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+TRACEBACK = "Traceback (most recent call last)"  # how Lab shows a cell's error
+LAB_START_TIMEOUT = 60  # seconds; a cold start on 2 busy cores takes about 10
+KERNEL_TIMEOUT_MS = 120_000  # running the notebook or validating it (each about 10 s here)
+# Lab settings for the tests: every cell in the DOM (no windowing), and no news toast over the page.
+LAB_SETTINGS = {
+    "@jupyterlab/notebook-extension/tracker": {"windowingMode": "none"},
+    "@jupyterlab/apputils-extension/notification": {"fetchNews": "false", "checkForUpdates": False},
+}
+
+
+def find_chromium() -> str | None:
+    """Debian's chromium: $CHROMIUM if set, else /usr/bin/chromium or `chromium` on PATH."""
+    for candidate in (os.environ.get("CHROMIUM"), "/usr/bin/chromium", shutil.which("chromium")):
+        if candidate and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+@pytest.fixture(scope="module")
+def browser():
+    chromium = find_chromium()
+    if chromium is None:
+        pytest.skip("Debian's chromium is not installed (no /usr/bin/chromium, none on PATH, $CHROMIUM "
+                    "unset): `make browser` installs it with apt-get")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    yield page
+    context.close()
+
+
+class Steps:
+    """Run a test as named steps: a screenshot after each, and a failure that names its step."""
+
+    def __init__(self, page, name: str):
+        self.page = page
+        self.folder = ARTIFACTS / name
+        shutil.rmtree(self.folder, ignore_errors=True)
+        self.folder.mkdir(parents=True)
+        self.count = 0
+
+    @contextmanager
+    def step(self, name: str) -> Iterator[None]:
+        self.count += 1
+        shot = self.folder / f"{self.count:02d}-{name.replace(' ', '-')}"
+        try:
+            yield
+        except Exception as error:
+            self._screenshot(shot.with_name(shot.name + "-FAILED.png"))
+            raise AssertionError(f"browser step {self.count} '{name}' broke: {type(error).__name__}: "
+                                 f"{error}\n(screenshot: {shot.with_name(shot.name + '-FAILED.png')})") from error
+        self._screenshot(shot.with_name(shot.name + ".png"))
+
+    def _screenshot(self, path: Path) -> None:
+        try:
+            self.page.screenshot(path=str(path), full_page=False)
+        except Exception:  # a dead page must not hide the real failure
+            pass
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextmanager
+def jupyterlab(course: Course, scratch: Path) -> Iterator[tuple[str, str]]:
+    """JupyterLab from this environment on the course at ``course.root``: yields (base URL, token).
+
+    The environment is the course's (``Course.environment``: its nbgrader config and gradebook),
+    so the nbgrader Lab extension's Validate button and formgrader work on this copy. Lab's own
+    state (settings, workspaces, runtime files) stays in ``scratch``.
+    """
+    port, token = _free_port(), secrets.token_hex(16)
+    env = course.environment()
+    for variable, folder in (("JUPYTER_RUNTIME_DIR", "runtime"), ("JUPYTERLAB_SETTINGS_DIR", "settings"),
+                             ("JUPYTERLAB_WORKSPACES_DIR", "workspaces")):
+        env[variable] = str(scratch / folder)
+    for plugin, settings in LAB_SETTINGS.items():
+        path = scratch / "settings" / f"{plugin}.jupyterlab-settings"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(settings))
+    command = [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ServerApp.ip=127.0.0.1",
+               f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
+               f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={course.root}"]
+    if os.geteuid() == 0:
+        command.append("--allow-root")  # Jupyter refuses to run as root otherwise
+    log_path = scratch / "jupyterlab.log"
+    base = f"http://127.0.0.1:{port}"
+    with log_path.open("w") as log:
+        server = subprocess.Popen(command, cwd=course.root, env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + LAB_START_TIMEOUT
+            while True:
+                if server.poll() is not None:
+                    pytest.fail(f"JupyterLab exited ({server.returncode}) at start:\n{log_path.read_text()[-3000:]}")
+                try:
+                    urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2)
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        pytest.fail(f"JupyterLab did not answer within {LAB_START_TIMEOUT} s:\n"
+                                    f"{log_path.read_text()[-3000:]}")
+                    time.sleep(0.3)
+            yield base, token
+        finally:
+            server.terminate()
+            try:
+                server.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
+
+
+def _cell_index(notebook: dict, grade_id: str) -> int:
+    return next(i for i, cell in enumerate(notebook["cells"]) if nbgrader_meta(cell).get("grade_id") == grade_id)
+
+
+def test_student_fills_an_exercise_runs_all_and_validates(course_copy, page, tmp_path_factory):
+    """Open a released notebook, answer Cube, run all: its visible tests pass and figures render; Validate."""
+    released = read_notebook(course_copy.release / ASSIGNMENT / f"{ASSIGNMENT}.ipynb")
+    cube, cube_tests = _cell_index(released, "cube"), ["test_cube_forward", "test_cube_backward"]
+    next_test = _cell_index(released, "test_sqrt")  # the next exercise, still blank: Run All stops there
+    answer = solution_answers(course_copy.root, ASSIGNMENT)["cube"]
+    steps = Steps(page, "student")
+    cells = page.locator(".jp-NotebookPanel:visible .jp-Notebook .jp-Cell")
+
+    with jupyterlab(course_copy, tmp_path_factory.mktemp("lab")) as (base, token):
+        with steps.step("open the released notebook"):
+            page.goto(f"{base}/lab/tree/course/{ASSIGNMENT}/{ASSIGNMENT}.ipynb?token={token}")
+            expect(cells).to_have_count(len(released["cells"]))
+            page.locator(".jp-NotebookPanel:visible .jp-Notebook-ExecutionIndicator[data-status='idle']").wait_for(
+                timeout=KERNEL_TIMEOUT_MS)
+
+        with steps.step("answer the Cube exercise"):
+            editor = cells.nth(cube).locator(".cm-content")
+            editor.scroll_into_view_if_needed()
+            editor.click()
+            page.keyboard.press("Control+A")
+            page.keyboard.insert_text(answer)
+            assert "grad_output * 3 * x ** 2" in editor.inner_text()
+            assert "NotImplementedError" not in editor.inner_text()
+
+        with steps.step("run all cells"):
+            page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
+            page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
+            # The kernel stops at the first error; it must be the next exercise, still blank.
+            first_error = page.locator(".jp-NotebookPanel:visible .jp-Cell", has=page.locator(
+                ".jp-OutputArea-output", has_text=TRACEBACK)).first
+            first_error.wait_for(timeout=KERNEL_TIMEOUT_MS)
+            failing = cells.evaluate_all(
+                "(cells, traceback) => cells.map((c, i) => (c.querySelector('.jp-OutputArea')?.innerText ?? '')"
+                ".includes(traceback) ? i : -1).filter(i => i >= 0)", TRACEBACK)
+            assert failing == [next_test], f"cells with an error: {failing}, expected only the Sqrt test ({next_test})"
+            first_error.scroll_into_view_if_needed()
+            assert "NotImplementedError" in first_error.inner_text()
+
+        with steps.step("see Cube's visible tests pass"):
+            for grade_id, message in zip(cube_tests, ["Cube's forward passes", "Cube's backward passes"]):
+                cell = cells.nth(_cell_index(released, grade_id))
+                cell.scroll_into_view_if_needed()
+                assert message in cell.locator(".jp-OutputArea").inner_text(), f"{grade_id} did not print {message!r}"
+
+        with steps.step("see a matplotlib figure render"):
+            figure = page.locator(".jp-NotebookPanel:visible .jp-RenderedImage img").first
+            figure.scroll_into_view_if_needed()
+            assert figure.get_attribute("src").startswith("data:image/png")
+            width = figure.evaluate("img => img.complete ? img.naturalWidth : 0")
+            assert width > 100, f"the figure has not rendered (natural width {width})"
+
+        with steps.step("press Validate and read the verdict"):
+            page.locator(".jp-NotebookPanel:visible .jp-Toolbar .validate-button").get_by_text("Validate", exact=True).click()
+            dialog = page.locator(".jp-Dialog", has_text="Validation Results")
+            dialog.wait_for(timeout=KERNEL_TIMEOUT_MS)
+            verdict = dialog.locator(".jp-Dialog-body").inner_text()
+            assert "The following cell failed" in verdict, verdict
+            assert "# Test: Sqrt" in verdict, f"the blank Sqrt exercise should fail validation:\n{verdict}"
+            assert "# Test: Cube" not in verdict, f"Cube, answered right, should not fail validation:\n{verdict}"
+            assert "NotImplementedError" in verdict
+
+        with steps.step("close the verdict"):
+            dialog.get_by_role("button", name="Ok").click()
+            dialog.wait_for(state="detached")
+
+
+DEMO_STUDENTS = ("ada", "ben")  # from the demo class: every exercise right; two of four done
+
+
+def prepare_graded_class(course: Course) -> dict[str, tuple[float, float]]:
+    """Students of the demo class graded in ``course`` by nbgrader's own route: {student: (score, max)}.
+
+    Assignment 01 is generated into the gradebook, two students of the bundled demo class
+    (autograder/demo/) hand it in, and ``nbgrader autograde`` grades them; the scores returned are
+    the ones the demo documents. This is the one place to switch to `python -m autograder demo`.
+    """
+    expected = json.loads((DEMO_ROOT / "expected_scores.json").read_text())
+    course.nbgrader("generate_assignment", ASSIGNMENT, "--force", "--log-level=ERROR")
+    for student in DEMO_STUDENTS:
+        folder = course.grading / "submitted" / student / ASSIGNMENT
+        folder.mkdir(parents=True)
+        shutil.copy(DEMO_ROOT / ASSIGNMENT / student / f"{ASSIGNMENT}.ipynb", folder)
+    course.nbgrader("autograde", ASSIGNMENT, "--log-level=ERROR")
+    return {student: (expected["scores"][student], expected["max_score"]) for student in DEMO_STUDENTS}
+
+
+def test_instructor_opens_the_formgrader(course_copy, page, tmp_path_factory):
+    """The formgrader, opened from Lab's Nbgrader menu, lists the assignments and the graded students."""
+    scores = prepare_graded_class(course_copy)
+    steps = Steps(page, "instructor")
+
+    with jupyterlab(course_copy, tmp_path_factory.mktemp("lab")) as (base, token):
+        with steps.step("open JupyterLab"):
+            page.goto(f"{base}/lab?token={token}")
+            page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Nbgrader$")).wait_for()
+
+        with steps.step("open the formgrader from the Nbgrader menu"):
+            page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Nbgrader$")).click()
+            page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Formgrader$")).click()
+            formgrader = page.frame_locator("iframe").first
+            formgrader.locator("h1", has_text="Manage Assignments").wait_for()
+
+        with steps.step("see every assignment listed"):
+            rows = formgrader.locator("tbody tr", has=formgrader.locator(".num-submissions"))
+            expect(rows.filter(has_text=ASSIGNMENT)).to_have_count(1)
+            listed = [name.strip() for name in rows.locator(".name").all_inner_texts()]
+            assert set(course_copy.assignments()) <= set(listed), f"formgrader lists {listed}"
+            graded_row = rows.filter(has=formgrader.get_by_text(ASSIGNMENT, exact=True))
+            assert graded_row.locator(".num-submissions").inner_text().strip() == str(len(DEMO_STUDENTS))
+
+        with steps.step("open the graded submissions"):
+            graded_row.locator(".num-submissions a").click()
+            formgrader.locator("h1", has_text="Manage Submissions").wait_for()
+            for student, (score, max_score) in scores.items():
+                row = formgrader.locator("tbody tr", has=formgrader.locator(".student-id", has_text=student))
+                expect(row.locator(".score")).to_have_text(f"{score:g} / {max_score:g}")
+                expect(row.locator(".status")).to_have_text("graded")
+
+
+def test_reader_opens_the_book_and_a_chapter(course, page, tmp_path):
+    """The rendered book, as a reader opens it from disk: the index, a chapter with figures, and back."""
+    book = tmp_path / "book"
+    build(course, book, [ASSIGNMENT])
+    steps = Steps(page, "book")
+
+    with steps.step("open the index"):
+        page.goto((book / "index.html").as_uri())
+        chapter_link = page.locator("table a", has_text=re.compile(r"^01 · "))
+        expect(chapter_link).to_be_visible()
+        expect(page.locator("table a", has_text="student notebook")).to_be_visible()
+        title = chapter_link.inner_text()
+
+    with steps.step("open the first chapter"):
+        chapter_link.click()
+        page.wait_for_url(re.compile(rf"/{ASSIGNMENT}\.html$"))
+        expect(page.locator("h1").first).to_have_text(re.compile("^" + re.escape(title)))
+        expect(page.locator("nav.book-nav").first.get_by_role("link", name="Index")).to_be_visible()
+
+    with steps.step("see the chapter's figures"):
+        figures = page.locator(".jp-RenderedImage img")
+        assert figures.count() > 0
+        for i in range(figures.count()):
+            figures.nth(i).scroll_into_view_if_needed()
+            width = figures.nth(i).evaluate("img => img.complete ? img.naturalWidth : 0")
+            assert width > 100, f"figure {i + 1} has not rendered (natural width {width})"
+
+    with steps.step("go back to the index"):
+        page.locator("nav.book-nav.bottom").get_by_role("link", name="Index").click()
+        page.wait_for_url(re.compile(r"/index\.html$"))
+        expect(chapter_link).to_be_visible()
