@@ -92,6 +92,6 @@ postgres:  ## Install Debian's PostgreSQL server for the gradebook tests (apt-ge
 book: install  ## Render the course, solutions run, as a static HTML site in book/
 	$(BIN)/python -m autograder book
 
-clean:  ## Remove the instructor workspace (grading/) and caches; keeps .venv
-	rm -rf grading .pytest_cache test-artifacts
+clean:  ## Remove the instructor workspace (grading/), book/ and caches; keeps .venv
+	rm -rf grading book .pytest_cache test-artifacts
 	find . -name __pycache__ -not -path './$(VENV)/*' -prune -exec rm -rf {} +

@@ -30,6 +30,11 @@ c.CourseDirectory.feedback_directory = os.path.join("grading", "feedback")
 c.CourseDirectory.db_url = os.environ.get("AUTOGRADER_DB_URL") or "sqlite:///" + os.path.join(root, "grading", "gradebook.db")
 # SQLite cannot create the gradebook's folder itself ("unable to open database file").
 os.makedirs(os.path.join(root, "grading"), exist_ok=True)
+# nbgrader's exchange (release/collect through a shared folder) is not used: submissions come in
+# with `python -m autograder collect`. Keeping it under grading/ stops the formgrader warning
+# that /usr/local/share/nbgrader/exchange is missing.
+c.Exchange.root = os.path.join(root, "grading", "exchange")
+os.makedirs(c.Exchange.root, exist_ok=True)
 
 # nbgrader scores a test cell 0 for any stderr text, and torch prints harmless warnings there.
 # Kernels that nbgrader starts (autograde, validate, the Lab "Validate" button) load
