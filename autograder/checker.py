@@ -5,6 +5,12 @@ reference on fresh float64 copies of ``args``, compares every output and the gra
 tensor input (with random upstream gradients, for all outputs at once and for each output alone),
 and raises ``AssertionError`` with a message a student can act on when anything is off.
 
+Optional checks, off by default, cover how the Function works with the rest of PyTorch 2:
+``vmap=True`` (outputs and per-example gradients under ``torch.func.vmap``), ``forward_ad=True``
+(the ``jvp`` staticmethod, through forward-mode AD), ``double_backward=True`` (second derivatives
+through ``backward``) and ``compile=True`` (outputs and gradients under ``torch.compile``). They
+run once the ordinary checks pass, and each message names the check that failed.
+
 References to the torch functions the checker relies on are captured when this module is
 imported, so student code that later replaces ``torch.allclose`` and friends cannot fool it.
 """
@@ -35,6 +41,16 @@ _float64 = torch.float64
 _Generator = torch.Generator
 _engine_module = torch.autograd
 _engine_run_backward = torch.autograd._engine_run_backward
+_enable_grad = torch.enable_grad
+_stack = torch.stack
+_randperm = torch.randperm
+_vmap = torch.func.vmap
+_func_vjp = torch.func.vjp
+_dual_level = torch.autograd.forward_ad.dual_level
+_make_dual = torch.autograd.forward_ad.make_dual
+_unpack_dual = torch.autograd.forward_ad.unpack_dual
+_torch_compile = torch.compile
+_compiler_reset = torch.compiler.reset
 
 # Tracebacks are trimmed to the student's own frames: these folders are not the student's.
 _LIBRARY_DIRS = (os.path.dirname(torch.__file__), os.path.dirname(os.path.abspath(__file__)))
@@ -104,7 +120,8 @@ class _HandedBackToAutograd(RuntimeError):
 
 
 def check_function(function, reference, *args, rtol: float = RTOL, atol: float = ATOL,
-                   inplace: bool = False) -> None:
+                   inplace: bool = False, vmap: bool = False, forward_ad: bool = False,
+                   double_backward: bool = False, compile: bool = False) -> None:  # noqa: A002
     """Check a ``torch.autograd.Function`` subclass against a differentiable torch reference.
 
     ``function`` is called as ``function.apply(*args)``; ``reference(*args)`` must compute the same
@@ -114,6 +131,15 @@ def check_function(function, reference, *args, rtol: float = RTOL, atol: float =
     input in place (with ``ctx.mark_dirty``). Returns ``None`` when everything matches, otherwise
     raises ``AssertionError`` explaining what is wrong, naming each failing input by its
     parameter name in ``forward``.
+
+    Once those checks pass, the optional ones run:
+
+    - ``vmap``: a batch of examples through ``torch.func.vmap`` (batched along the first dim, the
+      last dim, and with only the first tensor batched): outputs and per-example gradients.
+    - ``forward_ad``: output tangents from the ``jvp`` staticmethod, for random input tangents.
+    - ``double_backward``: gradients of ``backward``'s results, as ``gradgradcheck`` would check.
+    - ``compile``: outputs and gradients of ``torch.compile(..., backend="aot_eager",
+      fullgraph=True)``, which must trace forward and backward into one graph.
     """
     name = getattr(function, "__name__", repr(function))
     report = _Report(f"{name} does not match torch")
@@ -127,6 +153,15 @@ def check_function(function, reference, *args, rtol: float = RTOL, atol: float =
         _check_backward(function, reference, inputs, report, rtol, atol)
     except _StudentError as err:
         report.add(err.message)
+    report.raise_if_any()
+    options = [(vmap, _check_under_vmap), (forward_ad, _check_forward_ad),
+               (double_backward, _check_double_backward), (compile, _check_under_compile)]
+    for wanted, check in options:
+        if wanted:
+            try:
+                check(function, reference, inputs, report, rtol, atol)
+            except _StudentError as err:
+                report.add(err.message)
     report.raise_if_any()
 
 
@@ -199,7 +234,7 @@ def _check_forward(function, reference, inputs, report, rtol, atol) -> None:
         )
         report.raise_if_any()
     for k, (g, e) in enumerate(zip(got, expected)):
-        label = "forward's output" if len(got) == 1 else f"forward's output {k}"
+        label = _output_label(k, len(got))
         if not isinstance(g, _Tensor):
             report.add(f"{label} is a {type(g).__name__}, expected a tensor.")
         elif g.shape != e.shape:
@@ -439,6 +474,8 @@ def _diagnose(function, reference, inputs, case, j, g, expected, rtol, atol) -> 
         k = case.used[0]
         return (f" backward ignores the gradient of output {k} (its argument number {k + 1} after "
                 f"ctx): every output's gradient must flow back to the inputs.")
+    if _allclose(g, _zeros_like(g)):
+        return " Yours is zero everywhere: backward returns no gradient at all for it."
     ones = [_ones_like(u) for u in case.upstream]
     try:
         got_ones = _student_gradients(function, inputs, case.used, ones)[j]
@@ -456,6 +493,379 @@ def _diagnose(function, reference, inputs, case, j, g, expected, rtol, atol) -> 
             return " Its sign is flipped."
         return f" It is {scale:.4g} times the right gradient: a constant factor is off."
     return ""
+
+
+# --------------------------------------------------------------------------------------------
+# Optional checks: the Function with PyTorch 2's transforms, forward-mode AD and the compiler
+
+_BATCH = 3  # examples in a vmap batch
+_COMPILE_BACKEND = "aot_eager"  # traces forward and backward like inductor, without a C++ compiler
+
+
+def _check_under_vmap(function, reference, inputs, report, rtol, atol) -> None:
+    """Outputs and per-example gradients of a batch under ``torch.func.vmap``.
+
+    The batch is laid out three ways, which catch a hand-written ``vmap`` staticmethod that
+    assumes the batch dimension comes first or that every input is batched. The first failing
+    layout is reported.
+    """
+    positions = inputs.tensor_positions
+    layouts = [("batch along dim 0", {i: 0 for i in positions}),
+               ("batch along the last dim", {i: -1 for i in positions})]
+    if len(positions) > 1:
+        layouts.append((f"only `{inputs.names[positions[0]]}` batched", {positions[0]: 0}))
+    for where, dims in layouts:
+        if not _vmap_layout(function, reference, inputs, report, rtol, atol, f"under vmap ({where})", dims):
+            return
+
+
+def _vmap_layout(function, reference, inputs, report, rtol, atol, label, dims) -> bool:
+    """One batch layout: ``dims`` maps each batched argument's position to its batch dimension.
+
+    Example 0 is the given arguments; the others permute the batched tensors' elements, so every
+    example stays in the Function's domain. Each example alone through the reference gives the
+    expected results. Returns whether everything matched.
+    """
+    gen = _Generator().manual_seed(4321)
+    examples = [list(inputs.args) for _ in range(_BATCH)]
+    for i in dims:
+        for example in examples[1:]:
+            example[i] = _permuted(inputs.args[i], gen)
+    examples = [_Inputs(tuple(e), inputs.names) for e in examples]
+    batched = [_stack([_as_float64(e.args[i]) for e in examples], dim=dims[i]) if i in dims else _as_float64(a)
+               for i, a in enumerate(inputs.args)]
+    in_dims = tuple(dims.get(i) for i in range(len(batched)))
+    hand_written = _defines(function, "vmap")
+    moved = hand_written and any(dims.get(i) != 0 for i in inputs.tensor_positions)
+
+    try:
+        got = _as_tuple(_run_option(label, lambda: _vmap(_applier(function), in_dims=in_dims)(*batched), inputs))
+    except _StudentError as err:
+        if hand_written and "(in vmap," in err.message and "None" in err.message:
+            raise _StudentError(f"{err.message} in_dims holds None for an argument that is not batched: "
+                                f"use it as it is, and move only the batched ones.") from None
+        raise
+    per_example = [_as_tuple(_run_reference(reference, e.fresh()[0])) for e in examples]
+    expected = [_stack([outs[k].detach() for outs in per_example]) if isinstance(o, _Tensor) else o
+                for k, o in enumerate(per_example[0])]
+    hint = (" Your vmap staticmethod gets the batch's position in each input from in_dims (here not "
+            "always 0): move it where your code expects it, e.g. x.movedim(in_dims[0], 0), and return "
+            "out_dims saying where it is in the output." if moved else "")
+    if not _outputs_match(label, got, expected, report, rtol, atol, hint):
+        return False
+
+    used = [k for k, o in enumerate(per_example[0]) if isinstance(o, _Tensor) and o.requires_grad]
+    cot_gen = _Generator().manual_seed(8765)
+    cotangents = [_randn((_BATCH, *expected[k].shape[1:]), generator=cot_gen, dtype=expected[k].dtype) for k in used]
+    got_grads = _run_option(label, lambda: _vmapped_gradients(function, inputs, batched, in_dims, used, cotangents),
+                            inputs)
+    expected_grads = [_expected_gradients(reference, e, used, [c[b] for c in cotangents]) for b, e in enumerate(examples)]
+    ok = True
+    for j, i in enumerate(inputs.tensor_positions):
+        e = _stack([grads[j] for grads in expected_grads])
+        if not _close(got_grads[j], e, rtol, atol):
+            ok = False
+            report.add(f"{label}: the per-example gradient for `{inputs.names[i]}` is wrong (the first index "
+                       f"is the example in the batch).{hint}\n{_difference(e, got_grads[j])}")
+    return ok
+
+
+def _vmapped_gradients(function, inputs, batched, in_dims, used, cotangents):
+    """Per-example gradients of the float inputs: ``torch.func.vjp`` of the Function, under vmap.
+
+    This runs ``backward`` under vmap too, as per-example gradients (and ``jacrev``) do.
+    """
+    positions = inputs.tensor_positions
+
+    def gradients(*flat):
+        args, grads_out = flat[:len(batched)], flat[len(batched):]
+
+        def used_outputs(*tensors):
+            call = list(args)
+            for i, t in zip(positions, tensors):
+                call[i] = t
+            outputs = _as_tuple(function.apply(*call))
+            return tuple(outputs[k] for k in used)
+
+        _, pullback = _func_vjp(used_outputs, *[args[i] for i in positions])
+        return pullback(tuple(grads_out))
+
+    return _vmap(gradients, in_dims=in_dims + (0,) * len(used))(*batched, *cotangents)
+
+
+def _check_forward_ad(function, reference, inputs, report, rtol, atol) -> None:
+    """Output tangents from the Function's ``jvp`` against forward-mode AD on the reference."""
+    label = "forward-mode AD (jvp)"
+    gen = _Generator().manual_seed(2468)
+    tangents = [_randn(inputs.args[i].shape, generator=gen, dtype=_float64) for i in inputs.tensor_positions]
+    expected = _expected_tangents(reference, inputs, tangents)
+    got = _student_tangents(function, inputs, tangents, label)
+    if len(got) != len(expected):
+        return  # the ordinary checks compared the number of outputs already
+    for k, (g, e) in enumerate(zip(got, expected)):
+        if e is None or _close(g, e, rtol, atol):
+            continue
+        hint = _diagnose_tangent(function, reference, inputs, tangents, k, g, e, label, rtol, atol)
+        report.add(f"{label}: the tangent of {_output_label(k, len(got))} is wrong.{hint}\n"
+                   f"For random input tangents, compared with forward-mode AD on the reference: "
+                   f"{_difference(e, g)}")
+
+
+def _diagnose_tangent(function, reference, inputs, tangents, k, g, e, label, rtol, atol) -> str:
+    """Name the likely mistake behind the wrong tangent ``g`` of output ``k``, if recognisable."""
+    doubled = _student_tangents(function, inputs, [2 * t for t in tangents], label)[k]
+    if _close(doubled, g, rtol, atol) and not _allclose(g, _zeros_like(g)):
+        return (" It does not change when the input tangents change: multiply by the tangent "
+                "(jvp returns the Jacobian times the tangents).")
+    positions = inputs.tensor_positions
+    if len(positions) > 1:
+        wrong = []
+        for j, i in enumerate(positions):
+            alone = [t if m == j else _zeros_like(t) for m, t in enumerate(tangents)]
+            if not _close(_student_tangents(function, inputs, alone, label)[k],
+                          _expected_tangents(reference, inputs, alone)[k], rtol, atol):
+                wrong.append(f"`{inputs.names[i]}`")
+        if wrong:
+            return f" The part that comes from the tangent of {' and '.join(wrong)} is wrong."
+    scale = _scale(g, e)
+    if scale is not None:
+        return " Its sign is flipped." if abs(scale + 1) < 1e-6 else f" It is {scale:.4g} times the right tangent."
+    return ""
+
+
+def _student_tangents(function, inputs, tangents, label) -> list:
+    """Each output's tangent when the float inputs carry ``tangents`` (zeros for no tangent)."""
+    call, _ = inputs.fresh()
+    duals = list(call)
+
+    def run():
+        for i, t in zip(inputs.tensor_positions, tangents):
+            duals[i] = _make_dual(call[i].detach(), t)
+        return _as_tuple(function.apply(*duals))
+
+    with _dual_level():
+        try:
+            outputs = _run_option(label, run, inputs)
+        except _StudentError as err:
+            if "unpack" in err.message and "(in jvp," in err.message:
+                raise _StudentError(f"{err.message} In jvp, ctx.saved_tensors holds only the tensors "
+                                    f"saved with ctx.save_for_forward(...), not those saved for "
+                                    f"backward.") from None
+            raise
+        return [_tangent(o) for o in outputs]
+
+
+def _expected_tangents(reference, inputs, tangents) -> list:
+    call = list(inputs.fresh()[0])
+    with _dual_level():
+        for i, t in zip(inputs.tensor_positions, tangents):
+            call[i] = _make_dual(call[i].detach(), t)
+        return [_tangent(o) for o in _as_tuple(_run_reference(reference, tuple(call)))]
+
+
+def _tangent(output):
+    """A float output's tangent (zeros when it has none); None for integer or non-tensor outputs."""
+    if not _is_float_tensor(output):
+        return None
+    primal, tangent = _unpack_dual(output)
+    return (tangent if tangent is not None else _zeros_like(primal)).detach().clone()
+
+
+def _check_double_backward(function, reference, inputs, report, rtol, atol) -> None:
+    """Gradients of ``backward``'s results, for random grad_outputs and directions (gradgradcheck's question)."""
+    label = "double backward"
+    ref_outputs = _as_tuple(_run_reference(reference, inputs.fresh()[0]))
+    used = [k for k, o in enumerate(ref_outputs) if isinstance(o, _Tensor) and o.requires_grad]
+    upstream = _upstream(ref_outputs, used, 99)
+    gen = _Generator().manual_seed(1357)
+    directions = [_randn(inputs.args[i].shape, generator=gen, dtype=_float64) for i in inputs.tensor_positions]
+    names = [f"`{inputs.names[i]}`" for i in inputs.tensor_positions]
+    names += ["grad_output" if len(used) == 1 else f"the grad_output of output {k}" for k in used]
+
+    expected_first, expected = _second_derivatives(lambda call: _run_reference(reference, call),
+                                                   inputs, used, upstream, directions)
+    first, got = _run_option(label, lambda: _second_derivatives(lambda call: function.apply(*call),
+                                                                inputs, used, upstream, directions), inputs)
+    if any(g is not None and type(g.grad_fn).__name__ == "Error" for g in first):  # torch's DelayedError node
+        report.add(f"{label}: backward is decorated with @once_differentiable, so autograd cannot "
+                   f"differentiate through it. Remove the decorator and compute the gradients with "
+                   f"differentiable torch operations.")
+        return
+    detached = [names[j] for j, (g, e) in enumerate(zip(first, expected_first))
+                if e is not None and e.requires_grad and (g is None or not g.requires_grad)]
+    if detached:
+        report.add(f"{label}: backward's gradient for {' and '.join(detached)} is not differentiable (it "
+                   f"has no grad_fn): backward computed it outside autograd's view (.detach(), "
+                   f"torch.no_grad(), .data or NumPy). Use torch operations on the saved tensors and "
+                   f"grad_output.")
+        return
+    for j, (g, e) in enumerate(zip(got, expected)):
+        if g is None and e is None:
+            continue
+        e = e if e is not None else _zeros_like(g)
+        g = g if g is not None else _zeros_like(e)
+        if _close(g, e, rtol, atol):
+            continue
+        hint = ""
+        if _allclose(g, _zeros_like(g)):
+            hint = (" Yours is zero: backward uses a tensor that autograd treats as a constant, usually "
+                    "an intermediate computed in forward (or setup_context) and saved for backward. Save "
+                    "the inputs or outputs instead and compute the rest in backward.")
+        report.add(f"{label}: the derivative of backward's result with respect to {names[j]} is wrong "
+                   f"(gradgradcheck would fail).{hint}\nFor random grad_output and directions, compared "
+                   f"with torch autograd on the reference: {_difference(e, g)}")
+
+
+def _second_derivatives(run, inputs, used, upstream, directions):
+    """(first-order gradients, gradients of sum(first * directions) w.r.t. the inputs and grad_outputs).
+
+    ``run(call)`` computes the outputs from the call's arguments; the first-order gradients keep
+    their graph (``create_graph=True``) so they can be differentiated again.
+    """
+    call, leaves = inputs.fresh()
+    with _enable_grad():
+        outputs = _as_tuple(run(call))
+        grads_out = [u.clone().requires_grad_(True) for u in upstream]
+        first = _autograd_grad([outputs[k] for k in used], leaves, grads_out, create_graph=True, allow_unused=True)
+        terms = [(g * d).sum() for g, d in zip(first, directions) if g is not None and g.requires_grad]
+        if not terms:
+            return first, [None] * (len(leaves) + len(grads_out))
+        total = terms[0]
+        for term in terms[1:]:
+            total = total + term
+        second = _autograd_grad(total, leaves + grads_out, allow_unused=True)
+    return first, [s.detach() if s is not None else None for s in second]
+
+
+def _check_under_compile(function, reference, inputs, report, rtol, atol) -> None:
+    """Outputs and gradients when ``torch.compile`` traces forward and backward into one graph.
+
+    ``fullgraph=True`` turns each graph break (an ``if`` on a tensor's value, ``.item()``) into an
+    error, so the Function compiles whole or the check names what stops it. Dynamo's caches are
+    reset before and after, so checks never share compiled code or hit its recompilation limit.
+    """
+    label = "under torch.compile"
+    _compiler_reset()
+    try:
+        compiled = _torch_compile(_applier(function), backend=_COMPILE_BACKEND, fullgraph=True)
+        call, leaves = inputs.fresh()
+        got = _as_tuple(_run_compiled(label, lambda: compiled(*call), inputs))
+        expected = _as_tuple(_run_reference(reference, inputs.fresh()[0]))
+        if not _outputs_match(label, got, expected, report, rtol, atol):
+            return
+        used = [k for k, o in enumerate(expected) if isinstance(o, _Tensor) and o.requires_grad]
+        upstream = _upstream(expected, used, 7)
+        grads = _run_compiled(label, lambda: _autograd_grad([got[k] for k in used], leaves,
+                                                            [u.clone() for u in upstream], allow_unused=True),
+                              inputs)
+        for i, g, e in zip(inputs.tensor_positions, grads, _expected_gradients(reference, inputs, used, upstream)):
+            g = g.detach() if g is not None else _zeros_like(e)
+            if not _close(g, e, rtol, atol):
+                report.add(f"{label}: the gradient for `{inputs.names[i]}` is wrong, though it is right "
+                           f"without compiling.\n{_difference(e, g)}")
+    finally:
+        _compiler_reset()
+
+
+def _applier(function):
+    """A plain function that calls ``function.apply``: what vmap and torch.compile transform."""
+
+    def apply(*args):
+        return function.apply(*args)
+
+    return apply
+
+
+def _outputs_match(label, got, expected, report, rtol, atol, hint: str = "") -> bool:
+    """Compare outputs made under a transform with the expected ones; report each mismatch (with ``hint``)."""
+    if len(got) != len(expected):
+        report.add(f"{label}: the Function returned {_count(len(got), 'output')}, expected {len(expected)}.")
+        return False
+    ok = True
+    for k, (g, e) in enumerate(zip(got, expected)):
+        what = _output_label(k, len(got))
+        if not isinstance(e, _Tensor):
+            continue
+        if not isinstance(g, _Tensor):
+            report.add(f"{label}: {what} is a {type(g).__name__}, expected a tensor.")
+        elif g.shape != e.shape:
+            report.add(f"{label}: {what} has shape {_shape(g)}, expected {_shape(e)}.{hint}")
+        elif g.dtype != e.dtype:
+            report.add(f"{label}: {what} has dtype {_dtype(g)}, expected {_dtype(e)}.")
+        elif not (_equal(g, e) if not e.is_floating_point() else _close(g, e, rtol, atol)):
+            report.add(f"{label}: {what} is wrong, though it is right without the transform.{hint}\n"
+                       f"{_difference(e, g)}")
+        else:
+            continue
+        ok = False
+    return ok
+
+
+def _run_option(label: str, call, inputs: _Inputs):
+    """Run student code under an optional check; its errors are explained with ``label`` first."""
+    try:
+        return _run_student("the Function", call, inputs)
+    except _StudentError as err:
+        raise _StudentError(f"{label}: {err.message}") from None
+
+
+def _run_compiled(label: str, call, inputs: _Inputs):
+    """Run compiled student code; dynamo's long reports shrink to what stopped the tracing and where."""
+
+    def run():
+        try:
+            return call()
+        except Exception as err:
+            if type(err).__module__.startswith("torch._dynamo"):
+                raise _StudentError(_explain_compile(err)) from None
+            raise
+
+    return _run_option(label, run, inputs)
+
+
+def _explain_compile(err: Exception) -> str:
+    text = str(err).strip()
+    headline = text.splitlines()[0].strip() if text else type(err).__name__
+    explanation = next((line.strip()[len("Explanation:"):].strip() for line in text.splitlines()
+                        if line.strip().startswith("Explanation:")), "")
+    if "item()" in text or "unbacked" in text.lower():
+        headline = "a tensor was turned into a Python number (.item(), float(tensor), .tolist())"
+        hint = " Keep values as tensors: a Python number computed from data cannot stay in one graph."
+    elif "custom jvp" in text.lower():
+        hint = (" On this torch a Function with a jvp staticmethod compiles only with graph breaks "
+                "(torch.compile without fullgraph=True runs it eagerly); leave jvp out of a Function "
+                "that must compile whole.")
+    elif "data-dependent" in text.lower():
+        hint = (" An `if` on a tensor's value decides at run time which code runs: compute without the "
+                "`if` (torch.where, torch.clamp) so one graph serves every input.")
+    else:
+        hint = ""
+    return (f"torch.compile(fullgraph=True) cannot trace the Function into one graph: {headline.rstrip('.')}."
+            f"{' ' + explanation if explanation else ''}{_user_code_line(text)}{hint}")
+
+
+def _user_code_line(text: str) -> str:
+    """' (in backward, line 8: code)' for the last student frame in dynamo's 'from user code' trace."""
+    _, _, trace = text.partition("from user code:")
+    frames = [m for m in re.finditer(r'File "([^"]+)", line (\d+), in (\S+)\n\s*(.*)', trace)
+              if not m[1].startswith(_LIBRARY_DIRS)]
+    if not frames:
+        return ""
+    m = frames[-1]
+    return f" (in {m[3]}, line {m[2]}: {m[4].strip()})"
+
+
+def _permuted(value, gen):
+    """``value`` as float64 with its elements in a random order (the same values, another example)."""
+    flat = _as_float64(value).reshape(-1)
+    return flat[_randperm(flat.numel(), generator=gen)].reshape(value.shape)
+
+
+def _as_float64(value):
+    """A detached float64 copy of a float tensor, a copy of another tensor, any other value as is."""
+    if _is_float_tensor(value):
+        return value.detach().to(_float64).clone()
+    return value.clone() if isinstance(value, _Tensor) else value
 
 
 # --------------------------------------------------------------------------------------------
@@ -502,6 +912,33 @@ _TORCH_ERRORS = [
                       "as F.apply(x), with @staticmethod forward and backward."),
     (r"You must implement (either the backward or vjp method|the forward function)",
      lambda m, names: f"the Function does not implement {'backward' if 'backward' in m[1] else 'forward'}."),
+    (r"must override the setup_context staticmethod",
+     lambda m, names: "torch.func (vmap, grad, jacrev, jvp, ...) works only with Functions in the split "
+                      "style: forward(*args) without ctx, plus setup_context(ctx, inputs, output) that "
+                      "saves what backward needs."),
+    (r"You tried to vmap over (\w+), but it does not have vmap support",
+     lambda m, names: f"{m[1]} has no vmap support: set generate_vmap_rule = True in the class (when "
+                      f"forward and backward use only torch operations), or write a vmap staticmethod."),
+    (r"You tried to vmap over (\w+), but it has both generate_vmap_rule=True and an overridden vmap",
+     lambda m, names: f"{m[1]} has both generate_vmap_rule = True and a vmap staticmethod: keep one."),
+    (r"Expected the vmap staticmethod to have two returns",
+     lambda m, names: "the vmap staticmethod must return two things: the output and out_dims, the "
+                      "dimension of the batch in the output (e.g. return output, 0)."),
+    (r"You must implement the jvp function",
+     lambda m, names: "the Function has no jvp staticmethod: write jvp(ctx, *tangents) returning each "
+                      "output's tangent, and save what it needs with ctx.save_for_forward(...)."),
+    (r"jvp returned an invalid number of forward gradients \(expected (\d+) but got (\d+)\)",
+     lambda m, names: f"jvp returned {m[2]} tangents, but forward has {_count(int(m[1]), 'output')}: "
+                      f"return one tangent per output."),
+    (r"Tensor is of size \[([^\]]*)\] while the given forward gradient is of size \[([^\]]*)\]",
+     lambda m, names: f"jvp returned a tangent of shape [{m[2]}] for an output of shape [{m[1]}]: each "
+                      f"tangent has its output's shape."),
+    (r"Expected both tensor and its forward grad to be floating point",
+     lambda m, names: "jvp must return a float tensor (not None) as the tangent of each float output."),
+    (r"vmap: It looks like you're .*data-dependent control flow",
+     lambda m, names: "an `if` (or `while`, or bool()) on a tensor's value: under vmap one call handles "
+                      "the whole batch, so Python cannot take a different branch for each example. "
+                      "Compute without the `if` (torch.where, torch.clamp)."),
     (r"does not require grad and does not have a grad_fn",
      lambda m, names: "an output of forward is not connected to the inputs: return new tensors "
                       "computed in forward, not detached copies."),
@@ -539,7 +976,7 @@ def _explain(err: Exception, stage: str, names: list[str]) -> str:
     for pattern, explain in _TORCH_ERRORS:
         match = re.search(pattern, text)
         if match:
-            return explain(match, names)
+            return explain(match, names) + _student_line(err)
     return f"{stage} raised {type(err).__name__}: {text}{_student_line(err)}"
 
 
@@ -629,6 +1066,10 @@ def _shape(t) -> str:
 
 def _dtype(t) -> str:
     return str(t.dtype).replace("torch.", "")
+
+
+def _output_label(k: int, count: int) -> str:
+    return "forward's output" if count == 1 else f"forward's output {k}"
 
 
 def _count(n: int, noun: str) -> str:
