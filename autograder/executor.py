@@ -12,12 +12,19 @@ its own kernel had run it. Untrusted code is bounded:
 - each cell may run ``Limits.cell_timeout`` seconds; once one cell has timed out, later cells
   get at most ``Limits.after_timeout`` seconds, so a looping function costs the full limit once;
 - the process may use ``Limits.memory`` bytes more than it started with (RLIMIT_AS);
-- printed output is kept up to ``Limits.output_chars`` characters per cell;
+- printed output is kept up to ``Limits.output_chars`` characters per cell (figures and other
+  rich output up to 2 MB);
 - if the process dies (``os._exit``, a segfault, a kill at the hard deadline) the cell where
-  it died says so, and every later cell says it did not run.
+  it died says so, and every later cell says it did not run; ``sys.exit()``, ``exit()`` and a
+  raised ``KeyboardInterrupt`` are errors in their cell, and the next cell runs;
+- after every cell the tamper guard (``autograder.tamper``) restores ``torch.allclose``, the
+  checker and the other functions tests rely on if student code replaced them, and says so in
+  the cell (status "tampering found").
 
 Hidden tests stay hidden: an error in a cell that holds hidden tests is reported as its last
-line only (``AssertionError: ...``), never a traceback showing the test's source.
+line only (``AssertionError: ...``), never a traceback showing the test's source, and no
+cell's output shows a line of a hidden test (code that prints the test running it gets
+``<hidden test line>`` instead).
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ import time
 from dataclasses import dataclass, field
 
 HIDDEN_TESTS_MARKER = "### BEGIN HIDDEN TESTS"
+HIDDEN_TESTS_END = "### END HIDDEN TESTS"
 
 
 @dataclass(frozen=True)
@@ -48,7 +56,7 @@ class Execution:
 
     outputs: dict[int, list[dict]] = field(default_factory=dict)
     execution_counts: dict[int, int] = field(default_factory=dict)
-    status: str = "graded"          # graded | timed out | ran out of memory | kernel died
+    status: str = "graded"          # graded | timed out | ran out of memory | kernel died | tampering found
     cell: int | None = None         # index of the cell where that happened
     detail: str = ""                # what happened there, in a few words
     seconds: float = 0.0
@@ -106,7 +114,14 @@ def execute(cells: list[dict], cwd: str, limits: Limits = Limits(),
                 elif kind == "done":
                     break
                 elif kind == "crash":
-                    raise RuntimeError(f"the grading process failed (a bug in the autograder):\n{message[1]}")
+                    # Student code runs in this process and can break it too (or the grader has a bug):
+                    # this notebook stops here, the batch goes on.
+                    why = "the grading process failed: " + message[1].strip().splitlines()[-1]
+                    if running is not None:
+                        _append(result, running, _error("DeadKernelError", why))
+                    result.status, result.cell, result.detail = "kernel died", running, why
+                    running = "killed"
+                    break
             elif running is not None:
                 # The cell ignored its own alarm (e.g. a bare ``except:`` in a loop): stop it.
                 child.kill()
@@ -173,8 +188,9 @@ def _child_main(cells, cwd, limits: Limits, env, connection) -> None:
         _isolate(cwd, limits, env)
         from autograder import warm
 
-        shell = warm.new_shell()
-        recorder = shell.recorder
+        shell = warm.new_shell(hidden_test_lines(cells))
+        recorder, after_cell = shell.recorder, shell.tamper_guard.after_cell
+        recorder.max_chars = limits.output_chars
         timed_out = False
 
         def on_alarm(signum, frame):
@@ -197,6 +213,7 @@ def _child_main(cells, cwd, limits: Limits, env, connection) -> None:
                 recorder.timeout()
             finally:
                 signal.setitimer(signal.ITIMER_REAL, 0)
+            after_cell(shell)  # also an IPython hook, which student code could remove
             outputs, status = recorder.end()
             timed_out = timed_out or status == "timed out"
             connection.send(("end", index, outputs, shell.execution_count - 1, status))
@@ -211,6 +228,21 @@ def _child_main(cells, cwd, limits: Limits, env, connection) -> None:
             pass
     finally:
         os._exit(0)
+
+
+def hidden_test_lines(cells: list[dict]) -> list[str]:
+    """What outputs must not show: the markers, and hidden tests' lines that appear nowhere else in the notebook."""
+    hidden, shown = set(), set()
+    for cell in cells:
+        source = cell.get("source", "")
+        inside = False
+        for line in ("".join(source) if isinstance(source, list) else source).splitlines():
+            if HIDDEN_TESTS_MARKER in line or HIDDEN_TESTS_END in line:
+                inside = HIDDEN_TESTS_MARKER in line
+                continue
+            (hidden if inside else shown).add(line.strip())
+    lines = [line for line in hidden - shown if len(line) >= 8] + [HIDDEN_TESTS_MARKER, HIDDEN_TESTS_END]
+    return sorted(lines, key=len, reverse=True)
 
 
 def _isolate(cwd: str, limits: Limits, env: dict[str, str]) -> None:

@@ -44,13 +44,15 @@ from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, Clea
 
 from autograder.course import Course, CourseError
 from autograder.executor import Execution, Limits, execute, warm_up
+from autograder.restore import RestoreTests
 
 GRADES_CSV = "grades.csv"
 MARKER = ".autograder.json"
 MAX_NOTEBOOK_BYTES = 50 * 1024**2
 
 # Worst first: a student's status is the worst of their notebooks'.
-STATUSES = ["invalid notebook", "kernel died", "timed out", "ran out of memory", "missing", "graded"]
+STATUSES = ["tampering found", "invalid notebook", "kernel died", "timed out", "ran out of memory", "missing",
+            "graded"]
 
 
 @dataclass
@@ -167,6 +169,8 @@ class _Grader:
         self.staging = course.grading / ".staging"
         self.pending: dict[str, tuple[Row, int]] = {}
         self.results: dict[str, list[Execution]] = {}
+        # The sanitized notebooks, kept here: student code runs in the staging folder and may overwrite them.
+        self.sanitized: dict[tuple[str, str], object] = {}
         with Gradebook(self.db_url, self.coursedir.course_id) as gb:
             notebooks = gb.find_assignment(assignment).notebooks
             self.notebook_ids = [nb.name for nb in notebooks]
@@ -252,6 +256,7 @@ class _Grader:
                 _write_problem_notebook(staging / f"{notebook_id}.ipynb", problem)
                 continue
             nbformat.write(nb, staging / f"{notebook_id}.ipynb")
+            self.sanitized[student, notebook_id] = nb
             env = {"NBGRADER_EXECUTION": "autograde", "MPLBACKEND": "module://matplotlib_inline.backend_inline"}
             # Plain dicts of what the worker needs: unpickling nbformat's classes would import nbformat there.
             cells = [{"cell_type": str(c.cell_type), "source": str(c.source)} for c in nb.cells]
@@ -276,7 +281,8 @@ class _Grader:
     def _sanitize(self, nb, student: str, notebook_id: str):
         resources = self._resources(student, notebook_id)
         try:
-            for kind in (ClearOutput, DeduplicateIds, OverwriteKernelspec, OverwriteCells, CheckCellMetadata):
+            for kind in (ClearOutput, RestoreTests, DeduplicateIds, OverwriteKernelspec, OverwriteCells,
+                         CheckCellMetadata):
                 nb, resources = kind(config=self.config)(nb, resources)
         except Exception as error:  # nbgrader says what is wrong with the cells
             raise InvalidNotebook(f"its cells cannot be graded ({error})") from error
@@ -295,8 +301,9 @@ class _Grader:
     def finish_task(self, task: Task, execution: Execution) -> Row | None:
         """Score one executed notebook; when the student's last one is in, finish the student."""
         staging = Path(task.cwd)
+        staging.mkdir(parents=True, exist_ok=True)  # student code may have deleted it
         path = staging / f"{task.notebook_id}.ipynb"
-        nb = nbformat.read(path, as_version=4)
+        nb = self.sanitized.pop((task.student_id, task.notebook_id))
         for index, outputs in execution.outputs.items():
             cell = nb.cells[index]
             cell.outputs = [nbformat.from_dict(o) for o in outputs]

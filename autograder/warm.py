@@ -35,7 +35,13 @@ OUT_OF_MEMORY_TEXT = ("can't allocate memory", "not enough memory", "out of memo
 
 
 class OutputRecorder:
-    """Collects one cell's outputs as nbformat v4 output dicts."""
+    """Collects one cell's outputs as nbformat v4 output dicts.
+
+    What student code prints is untrusted: a cell keeps at most ``max_chars`` characters of text
+    and ``max_data_chars`` of figures and other rich output, and every line of a hidden test
+    (``hidden_lines``) is blanked out of them, so code that prints the test running it shows
+    nothing of what it hides.
+    """
 
     def __init__(self) -> None:
         self.outputs: list[dict] = []
@@ -45,14 +51,17 @@ class OutputRecorder:
         self.memory: int | None = None
         self.chars_left = 0
         self.max_chars = 100_000
+        self.max_data_chars = 2_000_000
+        self.data_left = 0
+        self.hidden_lines: list[str] = []
 
     def begin(self, hidden: bool, limit: float, memory: int | None) -> None:
         self.outputs, self.status = [], "ok"
         self.hidden, self.limit, self.memory = hidden, limit, memory
-        self.chars_left = self.max_chars
+        self.chars_left, self.data_left = self.max_chars, self.max_data_chars
 
     def end(self) -> tuple[list[dict], str]:
-        return self.outputs, self.status
+        return [_without(output, self.hidden_lines) for output in self.outputs], self.status
 
     def stream(self, name: str, text: str) -> None:
         if self.chars_left <= 0 or not text:
@@ -66,12 +75,20 @@ class OutputRecorder:
         else:
             self.outputs.append({"output_type": "stream", "name": name, "text": text})
 
+    def _bounded(self, data: dict) -> dict:
+        size = sum(len(v) if isinstance(v, str) else len(str(v)) for v in data.values())
+        if size <= self.data_left:
+            self.data_left -= size
+            return data
+        self.data_left = 0
+        return {"text/plain": f"... output left out ({size} characters; a cell may show {self.max_data_chars}) ..."}
+
     def display(self, data: dict, metadata: dict | None) -> None:
-        self.outputs.append({"output_type": "display_data", "data": data, "metadata": metadata or {}})
+        self.outputs.append({"output_type": "display_data", "data": self._bounded(data), "metadata": metadata or {}})
 
     def result(self, data: dict, metadata: dict | None, count: int) -> None:
         self.outputs.append({"output_type": "execute_result", "execution_count": count,
-                             "data": data, "metadata": metadata or {}})
+                             "data": self._bounded(data), "metadata": metadata or {}})
 
     def clear(self) -> None:
         self.outputs.clear()
@@ -85,12 +102,30 @@ class OutputRecorder:
             self.status = "ran out of memory"
             limit = f" (a notebook may use {self.memory / 1024**3:g} GB)" if self.memory else ""
             name, value = "MemoryError", f"ran out of memory{limit}: {value}".rstrip(": ")
-        if self.hidden:
+        elif name == "TamperingFound" and self.status == "ok":  # see autograder.tamper
+            self.status = "tampering found"
+        if len(value) > 10_000:
+            value = value[:10_000] + " ... (message truncated)"
+        if self.hidden or sum(map(len, traceback)) > self.max_chars:
             traceback = [f"{name}: {value}"]
         self.outputs.append({"output_type": "error", "ename": name, "evalue": value, "traceback": traceback})
 
     def timeout(self) -> None:
         self.error("CellTimeout", "", [])
+
+
+def _without(value, lines: list[str]):
+    """``value`` (an output, or part of one) with every occurrence of ``lines`` blanked out."""
+    if isinstance(value, str):
+        for line in lines:
+            if line in value:
+                value = value.replace(line, "<hidden test line>")
+        return value
+    if isinstance(value, dict):
+        return {k: _without(v, lines) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_without(v, lines) for v in value]
+    return value
 
 
 class RecordedStream(io.TextIOBase):
@@ -152,17 +187,25 @@ class GradingShell(InteractiveShell):
     def show_usage_error(self, exc):
         self.recorder.error("UsageError", str(exc), [f"UsageError: {exc}"])
 
+    def ask_exit(self):
+        """``exit()`` or ``quit()`` in a cell: nothing to end here, the next cell runs (as in a kernel)."""
 
-def new_shell() -> GradingShell:
-    """A fresh shell that records outputs, with the course's grading-kernel settings."""
+
+def new_shell(hidden_lines: list[str] = ()) -> GradingShell:
+    """A fresh shell that records outputs, with the course's grading-kernel settings.
+
+    Text written to stderr is recorded as stdout: nbgrader scores a test cell with any stderr
+    text 0, but a test passes or fails by raising, not by what torch or the student printed.
+    """
     recorder = OutputRecorder()
+    recorder.hidden_lines = list(hidden_lines)
     config = Config()
     config.HistoryManager.enabled = False
     config.InteractiveShell.colors = "nocolor"
     shell = GradingShell.instance(config=config)
     shell.recorder = recorder
     sys.stdout = RecordedStream(recorder, "stdout")
-    sys.stderr = RecordedStream(recorder, "stderr")
+    sys.stderr = RecordedStream(recorder, "stdout")
     shell.enable_matplotlib("inline")
-    autograder.grading_kernel.load_ipython_extension(shell)
+    shell.tamper_guard = autograder.grading_kernel.load_ipython_extension(shell)
     return shell
