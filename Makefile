@@ -14,7 +14,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 .DEFAULT_GOAL := help
 .PHONY: help install lab test release validate clean browser postgres book benchmark \
-        collect grade feedback report demo bench-grade
+        roster collect grade feedback report demo bench-grade
 
 help:  ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -46,8 +46,13 @@ validate: install  ## Solutions earn full marks; the blank release earns none
 # grade, feedback and report with the same A (see `python -m autograder COMMAND --help`).
 A ?= 01_first_function
 SOURCE ?=
+ROSTER ?=
 JOBS ?=
 N ?= 40
+
+roster: install  ## Add the class list ROSTER (CSV: id, first_name, last_name, email) to the gradebook
+	@test -n "$(ROSTER)" || { echo "usage: make roster ROSTER=<class list .csv>"; exit 2; }
+	$(BIN)/python -m autograder roster $(ROSTER)
 
 collect: install  ## Put submissions from SOURCE (folder or zip) into grading/ for assignment A
 	@test -n "$(SOURCE)" || { echo "usage: make collect A=<assignment> SOURCE=<folder or .zip>"; exit 2; }
@@ -62,7 +67,7 @@ feedback: install  ## Per-student HTML feedback for A in grading/feedback/
 report: install  ## Score histogram and per-exercise pass rates for A in grading/reports/
 	$(BIN)/python -m autograder report $(A)
 
-demo: install  ## Instructor quick start: collect, grade, feedback and report the demo class
+demo: install  ## Instructor quick start: roster, collect, grade, feedback and report the demo class
 	$(BIN)/python -m autograder demo
 
 bench-grade: install  ## Grade N (40) submissions with this grader and with sequential nbgrader; compare

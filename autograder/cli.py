@@ -56,6 +56,16 @@ def _collect(args, course: Course) -> int:
     return 0
 
 
+def _roster(args, course: Course) -> int:
+    from autograder.roster import import_roster
+
+    result = import_roster(course, args.roster)
+    print(f"{len(result.added)} students added, {len(result.updated)} updated in the gradebook")
+    if result.ignored_columns:
+        print(f"ignored columns: {', '.join(result.ignored_columns)}")
+    return 0
+
+
 def _grade(args, course: Course) -> int:
     from autograder.grading import GRADES_CSV, grade
 
@@ -99,10 +109,11 @@ def _report(args, course: Course) -> int:
 
 
 def _demo(args, course: Course) -> int:
-    """Collect, grade, give feedback on and report the bundled demo class of assignment 01."""
+    """Roster, collect, grade, give feedback on and report the bundled demo class of assignment 01."""
     from autograder.demo.make_demo import ASSIGNMENT as DEMO_ASSIGNMENT, DEMO_ROOT
 
-    steps = [["collect", DEMO_ASSIGNMENT, str(DEMO_ROOT / DEMO_ASSIGNMENT)], ["grade", DEMO_ASSIGNMENT],
+    steps = [["roster", str(DEMO_ROOT / "roster.csv")],
+             ["collect", DEMO_ASSIGNMENT, str(DEMO_ROOT / DEMO_ASSIGNMENT)], ["grade", DEMO_ASSIGNMENT],
              ["feedback", DEMO_ASSIGNMENT], ["report", DEMO_ASSIGNMENT]]
     for step in steps:
         print(f"\n$ python -m autograder {' '.join(step)}")
@@ -163,6 +174,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("source", type=Path, metavar="SOURCE", help="folder or .zip of student folders")
     p.set_defaults(run=_collect)
 
+    p = commands.add_parser("roster", help="add the class list (names, emails) to the gradebook",
+                            description="Add or update the students of a CSV class list in the gradebook: "
+                                        "a header row with an `id` column and optionally first_name, "
+                                        "last_name, email, lms_user_id (nbgrader's roster format). "
+                                        "Students on the roster who hand in nothing are graded 'missing'. "
+                                        "No student is ever removed.")
+    p.add_argument("roster", type=Path, metavar="CSV")
+    p.set_defaults(run=_roster)
+
     p = commands.add_parser("grade", help="autograde every collected submission, in parallel",
                             description="Autograde every submission in grading/submitted/ into the gradebook "
                                         "and grading/autograded/, several at once, each in its own fresh "
@@ -194,9 +214,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=None, help="folder for the report")
     p.set_defaults(run=_report)
 
-    p = commands.add_parser("demo", help="collect, grade, give feedback on and report the demo class",
+    p = commands.add_parser("demo", help="roster, collect, grade, give feedback on and report the demo class",
                             description="Run the instructor workflow on the bundled demo class of "
-                                        "assignment 01 (autograder/demo/): collect, grade, feedback, report.")
+                                        "assignment 01 (autograder/demo/): roster, collect, grade, feedback, report.")
     p.set_defaults(run=_demo)
 
     p = commands.add_parser("bench", help="time this grader against sequential nbgrader autograde",

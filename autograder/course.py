@@ -76,6 +76,20 @@ class Course:
             else:
                 os.environ["AUTOGRADER_COURSE_ROOT"] = saved
 
+    def gradebook(self):
+        """Open this course's gradebook (nbgrader's ``Gradebook``), creating it if need be.
+
+        Creating one runs ``alembic`` from PATH, so this Python's bin/ is put first on PATH here too.
+        """
+        from nbgrader.api import Gradebook
+        from nbgrader.coursedir import CourseDirectory
+
+        bin_dir = str(Path(sys.executable).parent)
+        if os.environ.get("PATH", "").split(os.pathsep)[0] != bin_dir:
+            os.environ["PATH"] = os.pathsep.join([bin_dir, os.environ.get("PATH", "")])
+        coursedir = CourseDirectory(config=self.config())
+        return Gradebook(coursedir.db_url, coursedir.course_id)
+
     def nbgrader(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
         """Run the ``nbgrader`` command line on this course; output is captured."""
         command = [sys.executable, "-m", "nbgrader", *args]

@@ -8,6 +8,7 @@ failure names the step that broke.
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import re
@@ -247,6 +248,8 @@ def prepare_graded_class(course: Course) -> dict[str, tuple[float, float]]:
 def test_instructor_opens_the_formgrader(course_copy, page, tmp_path_factory):
     """The formgrader, opened from Lab's Nbgrader menu, lists the assignments and the graded students."""
     scores = prepare_graded_class(course_copy)
+    with open(DEMO_ROOT / "roster.csv", newline="") as roster:
+        names = {r["id"]: f"{r['last_name']}, {r['first_name']}" for r in csv.DictReader(roster)}
     steps = Steps(page, "instructor")
 
     with jupyterlab(course_copy, tmp_path_factory.mktemp("lab")) as (base, token):
@@ -273,6 +276,7 @@ def test_instructor_opens_the_formgrader(course_copy, page, tmp_path_factory):
             formgrader.locator("h1", has_text="Manage Submissions").wait_for()
             for student, (score, max_score) in scores.items():
                 row = formgrader.locator("tbody tr", has=formgrader.locator(".student-id", has_text=student))
+                expect(row.locator(".student-name")).to_have_text(names[student])
                 expect(row.locator(".score")).to_have_text(f"{score:g} / {max_score:g}")
                 expect(row.locator(".status")).to_have_text("graded")
 

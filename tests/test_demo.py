@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import shutil
 
@@ -29,10 +30,14 @@ def test_regenerating_the_demo_gives_the_committed_files(course, tmp_path):
 def test_every_demo_student_has_an_expected_score_and_a_readme_line():
     students = sorted(p.name for p in DEMO.iterdir())
     assert students == sorted(EXPECTED["scores"])
+    with open(DEMO_ROOT / "roster.csv", newline="") as roster:
+        on_roster = {row["id"] for row in csv.DictReader(roster)}
+    absent = on_roster - set(students)
+    assert absent and set(students) <= on_roster, "the roster lists every student, and one who handed in nothing"
     rows = {line.split("|")[1].strip(" `"): line.split("|")[-2].strip()
             for line in (DEMO_ROOT / "README.md").read_text().splitlines() if line.startswith("| `")}
     assert rows == {student: "not graded" if score is None else str(score)
-                    for student, score in EXPECTED["scores"].items()}
+                    for student, score in EXPECTED["scores"].items()} | {student: "missing" for student in absent}
 
 
 def test_demo_notebooks_are_committed_without_outputs():

@@ -17,7 +17,7 @@ from autograder.demo.make_demo import ASSIGNMENT, DEMO_ROOT
 from conftest import REPO, nbgrader_meta, read_notebook, source
 
 EXPECTED = json.loads((DEMO_ROOT / "expected_scores.json").read_text())
-COMMANDS = ["release", "validate", "check", "collect", "grade", "feedback", "report", "demo", "bench"]
+COMMANDS = ["release", "validate", "check", "roster", "collect", "grade", "feedback", "report", "demo", "bench"]
 
 
 def autograder(course: Course, *args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -62,7 +62,9 @@ def demo(tmp_path_factory) -> tuple[Course, subprocess.CompletedProcess]:
 def test_demo_grades_match_plain_nbgrader_scores(demo):
     course, run = demo
     rows = grades_csv(course)
-    assert set(rows) == set(EXPECTED["scores"])
+    # hal is on the roster but handed in nothing.
+    assert set(rows) == set(EXPECTED["scores"]) | {"hal"}
+    assert (float(rows["hal"]["score"]), rows["hal"]["status"]) == (0, "missing")
     for student, expected in EXPECTED["scores"].items():
         row = rows[student]
         assert row["assignment"] == ASSIGNMENT and float(row["max_score"]) == EXPECTED["max_score"]
@@ -71,7 +73,8 @@ def test_demo_grades_match_plain_nbgrader_scores(demo):
             assert "not valid JSON" in row["detail"]
         else:
             assert (float(row["score"]), row["status"]) == (expected, "graded"), student
-    assert "6 graded, 1 invalid notebook" in run.stdout
+    assert "6 graded, 1 invalid notebook, 1 missing" in run.stdout
+    assert "8 students added" in run.stdout
 
 
 @pytest.mark.slow
@@ -97,14 +100,15 @@ def test_demo_report_has_figures_and_worst_exercise_first(demo):
     for name in ("scores.png", "pass_rates.png"):
         assert (folder / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     summary = (folder / "summary.md").read_text()
-    assert "students graded: 7" in summary and "invalid notebook 1" in summary
+    assert "students graded: 7" in summary and "invalid notebook 1" in summary and "missing 1" in summary
 
 
 @pytest.mark.slow
 def test_grading_again_changes_nothing_and_resumes_only_what_is_unfinished(demo):
     course, _ = demo
     before = grades_csv(course)
-    markers = {s: course.grading / "autograded" / s / ASSIGNMENT / ".autograder.json" for s in before}
+    markers = {s: course.grading / "autograded" / s / ASSIGNMENT / ".autograder.json"
+               for s, row in before.items() if row["status"] != "missing"}
     stamps = {s: m.stat().st_mtime_ns for s, m in markers.items()}
 
     autograder(course, "grade", ASSIGNMENT)
