@@ -31,6 +31,11 @@ STUDENT_ID = re.compile(r"[A-Za-z0-9._@-]{1,100}")
 CHUNK = 1 << 20
 
 
+def is_valid_student_id(name: str) -> bool:
+    """A student id that is safe as a folder name: letters, digits and . _ - @, not only dots."""
+    return bool(STUDENT_ID.fullmatch(name)) and bool(name.strip("."))
+
+
 class CollectError(CourseError):
     """The source as a whole cannot be collected (missing, not a zip, no students)."""
 
@@ -131,7 +136,7 @@ def _collect_entries(entries: list[_Entry], outside: CollectResult, described: s
         raise CollectError(f"no student folders in {described}{found}; expected "
                            f"<student_id>/{expected[0]} for each student")
     results = [_collect_student(student, files, expected, submitted / student / assignment, limit)
-               if STUDENT_ID.fullmatch(student) and student.strip(".")
+               if is_valid_student_id(student)
                else CollectResult(student, problems=[
                    "invalid student id: use only letters, digits and . _ - @ (nothing collected)"])
                for student, files in sorted(students.items())]

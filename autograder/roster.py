@@ -12,7 +12,7 @@ import csv
 from dataclasses import dataclass
 from pathlib import Path
 
-from autograder.collect import STUDENT_ID
+from autograder.collect import is_valid_student_id
 from autograder.course import Course, CourseError
 
 FIELDS = ("first_name", "last_name", "email", "lms_user_id")
@@ -55,12 +55,13 @@ def _read(path: Path) -> tuple[dict[str, dict[str, str | None]], list[str]]:
         raise CourseError(f"{path}: the first row must name the columns, one of them `id` "
                           f"(found: {', '.join(columns) or 'nothing'})")
     students: dict[str, dict[str, str | None]] = {}
-    for line, raw in enumerate(reader, start=2):
+    for raw in reader:  # (csv skips empty lines; reader.line_num is the line just read)
+        line = reader.line_num
         row = {(k or "").strip(): (v or "").strip() for k, v in raw.items() if isinstance(v, str)}
         student_id = row.get("id", "")
         if not any(row.values()):
-            continue  # a blank line
-        if not STUDENT_ID.fullmatch(student_id) or not student_id.strip("."):
+            continue  # a line of empty cells, as spreadsheets write them
+        if not is_valid_student_id(student_id):
             raise CourseError(f"{path}, line {line}: invalid student id {student_id!r} "
                               "(use only letters, digits and . _ - @)")
         if student_id in students:

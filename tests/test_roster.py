@@ -19,9 +19,9 @@ def students(course: Course) -> dict[str, tuple]:
 
 def test_roster_adds_students_with_names_and_updates_them_again(course_copy, tmp_path):
     roster = tmp_path / "roster.csv"
-    # A spreadsheet's export: byte-order mark, an extra column, a blank line.
+    # A spreadsheet's export: byte-order mark, an extra column, a blank line, a line of empty cells.
     roster.write_text("\ufeffid,first_name,last_name,email,section\n"
-                      "ada,Ada,Lovelace,ada@example.edu,A\n\n"
+                      "ada,Ada,Lovelace,ada@example.edu,A\n\n,,,,\n"
                       "bob,Bob,,,B\n", encoding="utf-8")
     result = import_roster(course_copy, roster)
     assert (result.added, result.updated, result.ignored_columns) == (["ada", "bob"], [], ["section"])
@@ -37,7 +37,7 @@ def test_roster_adds_students_with_names_and_updates_them_again(course_copy, tmp
 @pytest.mark.parametrize("text, message", [
     ("name,email\nada,a@x\n", "must name the columns, one of them `id`"),
     ("id,first_name\nada,Ada\nada,Ada again\n", "line 3: student ada is listed twice"),
-    ("id\nada\n../etc\n", "line 3: invalid student id '../etc'"),
+    ("id\nada\n\n../etc\n", "line 4: invalid student id '../etc'"),  # the line in the file, blank ones counted
     ("id\n", "lists no students"),
 ])
 def test_a_bad_roster_names_its_line_and_writes_nothing(course_copy, tmp_path, text, message):
