@@ -410,7 +410,7 @@ def _sync_gradebook(course: Course, assignment: str) -> None:
         if path.is_file():
             digest.update(str(path).encode() + hashlib.sha256(path.read_bytes()).digest())
     stamp = course.grading / f".synced-{assignment}"
-    if stamp.exists() and stamp.read_text() == digest.hexdigest() and _in_gradebook(db_url, assignment):
+    if stamp.exists() and stamp.read_text() == digest.hexdigest() and _in_gradebook(course, assignment):
         return
     with tempfile.TemporaryDirectory(prefix="autograder-release-") as scratch:
         course.nbgrader("generate_assignment", assignment, "--force", "--log-level=ERROR",
@@ -418,8 +418,8 @@ def _sync_gradebook(course: Course, assignment: str) -> None:
     stamp.write_text(digest.hexdigest())
 
 
-def _in_gradebook(db_url: str, assignment: str) -> bool:
-    with Gradebook(db_url) as gb:
+def _in_gradebook(course: Course, assignment: str) -> bool:
+    with course.gradebook() as gb:  # makes a new gradebook if it was deleted since the last sync
         try:
             return bool(gb.find_assignment(assignment).notebooks)
         except MissingEntry:

@@ -150,3 +150,15 @@ def test_bench_grades_identically_and_faster_than_nbgrader(tmp_path):
     result = bench(students=4, out=open(os.devnull, "w"))
     assert result["differences"] == {}
     assert result["ours_seconds"] < result["nbgrader_seconds"], result
+
+
+def test_grading_recreates_a_deleted_gradebook_without_the_venv_on_path(course_copy):
+    """A gradebook deleted after a run is made again; that runs alembic, found beside this Python."""
+    first = autograder(course_copy, "grade", ASSIGNMENT, check=False)
+    assert first.returncode == 2 and "no submissions" in first.stderr, first.stderr
+    (course_copy.grading / "gradebook.db").unlink()
+    env = course_copy.environment() | {"PATH": "/usr/bin:/bin"}
+    again = subprocess.run([sys.executable, "-m", "autograder", "grade", ASSIGNMENT], cwd=course_copy.root,
+                           env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 2 and "no submissions" in again.stderr, again.stderr
+    assert (course_copy.grading / "gradebook.db").exists()
