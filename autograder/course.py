@@ -61,7 +61,7 @@ class Course:
         env["JUPYTER_CONFIG_PATH"] = os.pathsep.join(
             [str(CONFIG_DIR)] + [p for p in env.get("JUPYTER_CONFIG_PATH", "").split(os.pathsep) if p])
         env["AUTOGRADER_COURSE_ROOT"] = str(self.root)
-        env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+        env["PATH"] = _python_bin_first(env.get("PATH", ""))
         return env
 
     def config(self) -> Config:
@@ -84,9 +84,7 @@ class Course:
         from nbgrader.api import Gradebook
         from nbgrader.coursedir import CourseDirectory
 
-        bin_dir = str(Path(sys.executable).parent)
-        if os.environ.get("PATH", "").split(os.pathsep)[0] != bin_dir:
-            os.environ["PATH"] = os.pathsep.join([bin_dir, os.environ.get("PATH", "")])
+        os.environ["PATH"] = _python_bin_first(os.environ.get("PATH", ""))
         coursedir = CourseDirectory(config=self.config())
         return Gradebook(coursedir.db_url, coursedir.course_id)
 
@@ -99,6 +97,12 @@ class Course:
             tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-15:])
             raise CourseError(f"nbgrader {' '.join(args)} failed (exit {result.returncode}):\n{tail}")
         return result
+
+
+def _python_bin_first(path: str) -> str:
+    """``path`` (a PATH value) with this Python's bin/ first, where nbgrader looks for ``alembic``."""
+    bin_dir = str(Path(sys.executable).parent)
+    return path if path.split(os.pathsep)[0] == bin_dir else os.pathsep.join([bin_dir, path])
 
 
 class CourseError(Exception):
