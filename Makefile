@@ -7,9 +7,9 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-# nbgrader reads autograder/nbgrader_config.py from here (it ignores --config=), and runs
+# nbgrader reads autograder/authoring/nbgrader_config.py from here (it ignores --config=), and runs
 # `alembic` from PATH when it creates a gradebook: the venv's bin/ must come first.
-export JUPYTER_CONFIG_PATH := $(CURDIR)/autograder
+export JUPYTER_CONFIG_PATH := $(CURDIR)/autograder/authoring
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 .DEFAULT_GOAL := help
@@ -74,7 +74,7 @@ bench-grade: install  ## Grade N (40) submissions with this grader and with sequ
 	$(BIN)/python -m autograder bench --students $(N)
 
 benchmark: install  ## Time CPU vs GPU; write assignment 06's reference data and figures
-	$(BIN)/python -m autograder.benchmark
+	$(BIN)/python -m autograder.authoring.record_timings
 	$(BIN)/python -m autograder release 06_gpu_timing
 
 # The browser tests drive Debian's chromium (no Playwright browser download); $CHROMIUM overrides

@@ -8,10 +8,10 @@ import sys
 
 from pathlib import Path
 
-from autograder.course import Course, CourseError, release
-from autograder.executor import Limits
-from autograder.selfcheck import check_notebook
-from autograder.validation import validate
+from autograder.authoring.course import Course, CourseError, release
+from autograder.grading.executor import Limits
+from autograder.grading.selfcheck import check_notebook
+from autograder.authoring.validation import validate
 
 
 def _release(args, course: Course) -> int:
@@ -46,7 +46,7 @@ def _check(args, course: Course) -> int:
 
 
 def _collect(args, course: Course) -> int:
-    from autograder.collect import collect
+    from autograder.grading.collect import collect
 
     results = collect(course, args.assignment, args.source)
     for r in results:
@@ -57,7 +57,7 @@ def _collect(args, course: Course) -> int:
 
 
 def _roster(args, course: Course) -> int:
-    from autograder.roster import import_roster
+    from autograder.grading.roster import import_roster
 
     result = import_roster(course, args.roster)
     print(f"{len(result.added)} students added, {len(result.updated)} updated in the gradebook")
@@ -67,7 +67,7 @@ def _roster(args, course: Course) -> int:
 
 
 def _grade(args, course: Course) -> int:
-    from autograder.grading import GRADES_CSV, grade
+    from autograder.grading.grade import GRADES_CSV, grade
 
     limits = Limits(cell_timeout=args.timeout, memory=int(args.memory * 1024**3) if args.memory else None,
                     threads=max(1, (os.cpu_count() or 1) // (args.jobs or os.cpu_count() or 1)))
@@ -89,7 +89,7 @@ def _grade(args, course: Course) -> int:
 
 
 def _feedback(args, course: Course) -> int:
-    from autograder.feedback import feedback
+    from autograder.grading.feedback import feedback
 
     pages = feedback(course, args.assignment)
     for page in pages:
@@ -99,7 +99,7 @@ def _feedback(args, course: Course) -> int:
 
 
 def _report(args, course: Course) -> int:
-    from autograder.report import report
+    from autograder.grading.report import report
 
     result = report(course, args.assignment, args.out or course.grading / "reports" / args.assignment)
     print(result.summary.read_text(encoding="utf-8").rstrip())
@@ -110,7 +110,7 @@ def _report(args, course: Course) -> int:
 
 def _demo(args, course: Course) -> int:
     """Roster, collect, grade, give feedback on and report the bundled demo class of assignment 01."""
-    from autograder.demo.make_demo import ASSIGNMENT as DEMO_ASSIGNMENT, DEMO_ROOT
+    from autograder.grading.demo.make_demo import ASSIGNMENT as DEMO_ASSIGNMENT, DEMO_ROOT
 
     steps = [["roster", str(DEMO_ROOT / "roster.csv")],
              ["collect", DEMO_ASSIGNMENT, str(DEMO_ROOT / DEMO_ASSIGNMENT)], ["grade", DEMO_ASSIGNMENT],
@@ -126,7 +126,7 @@ def _demo(args, course: Course) -> int:
 
 
 def _bench(args, course: Course) -> int:
-    from autograder.bench import bench
+    from autograder.grading.bench import bench
 
     result = bench(args.students, args.jobs)
     return 1 if result["differences"] else 0
@@ -159,7 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("notebook", type=Path, help="path to your .ipynb (named like the assignment)")
     p.set_defaults(run=_check)
 
-    from autograder import book  # the command's arguments and run() live there (python -m autograder.book)
+    from autograder.authoring import book  # the command's arguments and run() live there (python -m autograder.authoring.book)
     p = commands.add_parser("book", help="render the course, solutions run, as a static HTML site in book/",
                             description=book.DESCRIPTION)
     book.add_arguments(p)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from autograder.course import Course
-from autograder.demo import make_demo
+from autograder.authoring.course import Course
+from autograder.grading.demo import make_demo
 
 REPO = Path(__file__).resolve().parent.parent
 

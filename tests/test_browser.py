@@ -26,9 +26,9 @@ from typing import Iterator
 import pytest
 from playwright.sync_api import expect, sync_playwright
 
-from autograder.book import build
-from autograder.course import Course
-from autograder.demo.make_demo import DEMO_ROOT
+from autograder.authoring.book import build
+from autograder.authoring.course import Course
+from autograder.grading.demo.make_demo import DEMO_ROOT
 from conftest import REPO, nbgrader_meta, read_notebook, solution_answers
 
 pytestmark = pytest.mark.slow

@@ -1,0 +1,10 @@
+"""The course author's tools: where the course lives and how nbgrader is run on it.
+
+- ``course``: the course's folders, its nbgrader settings (``nbgrader_config.py``) and
+  ``release`` (solutions/ -> course/);
+- ``validation``: solutions earn full marks, the blank release none;
+- ``book``: the rendered course for self-study;
+- ``record_timings``: records assignment 06's reference timings.
+
+Authoring may use the student's library; it never imports the grader.
+"""

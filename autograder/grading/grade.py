@@ -1,0 +1,488 @@
+"""Grade every collected submission of an assignment: in parallel, resumable, into nbgrader's gradebook.
+
+The steps are nbgrader's own ``autograde``, rearranged so that the slow one runs in parallel:
+
+1. (here, one at a time) register the student and submission in the gradebook, read the
+   notebook, and sanitize it with nbgrader's preprocessors (clear outputs, restore the tests
+   from the gradebook, check the cell metadata);
+2. (in parallel) run its cells in a fresh process forked from a warm one
+   (``autograder.grading.executor``), locally or on a Dask cluster;
+3. (here, one at a time) score it with nbgrader's preprocessors (``SaveAutoGrades`` and
+   friends), then move the autograded folder into place with a marker saying what was graded.
+
+Only this process writes to the gradebook, so parallel grading never meets a lock error; a
+lock file keeps two grading runs from interleaving. A submission whose marker matches its
+files is not graded again, so an interrupted run resumes where it stopped and a second run
+changes nothing. ``grades.csv`` gets one row per student with a status saying what happened.
+"""
+
+from __future__ import annotations
+
+import csv
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+import warnings
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+from nbconvert.preprocessors import ClearMetadataPreprocessor
+from nbgrader.api import Gradebook, MissingEntry
+from sqlalchemy.exc import SAWarning
+from nbgrader.coursedir import CourseDirectory
+from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, ClearOutput, DeduplicateIds,
+                                    IgnorePattern, LimitOutput, OverwriteCells, OverwriteKernelspec,
+                                    SaveAutoGrades)
+
+from autograder.authoring.course import Course, CourseError
+from autograder.grading.executor import Execution, Limits, execute, warm_up
+from autograder.grading.restore import RestoreTests
+
+GRADES_CSV = "grades.csv"
+MARKER = ".autograder.json"
+MAX_NOTEBOOK_BYTES = 50 * 1024**2
+
+# Worst first: a student's status is the worst of their notebooks'.
+STATUSES = ["tampering found", "invalid notebook", "kernel died", "timed out", "ran out of memory", "missing",
+            "graded"]
+
+
+@dataclass
+class Row:
+    """One student's line in grades.csv."""
+
+    student_id: str
+    assignment: str
+    score: float = 0.0
+    max_score: float = 0.0
+    status: str = "graded"
+    detail: str = ""
+    reused: bool = field(default=False, compare=False)
+
+
+@dataclass
+class Task:
+    """One notebook to execute: everything a worker (local or on a Dask cluster) needs."""
+
+    student_id: str
+    notebook_id: str
+    cells: list[dict]
+    cwd: str
+    limits: Limits
+    env: dict[str, str]
+
+
+def run_task(task: Task) -> Execution:
+    """Execute one task's cells (what a worker runs; importable by Dask workers)."""
+    import multiprocessing
+
+    if multiprocessing.current_process().daemon:
+        raise CourseError("this Dask worker may not start processes: start workers with "
+                          "DASK_DISTRIBUTED__WORKER__DAEMON=False (see README, 'Grading on a cluster')")
+    return execute(task.cells, task.cwd, task.limits, task.env)
+
+
+def grade(course: Course, assignment: str, jobs: int | None = None, limits: Limits | None = None,
+          scheduler: str | None = None, force: bool = False, progress=None) -> list[Row]:
+    """Autograde every submission of ``assignment``; return (and write to grades.csv) one row per student."""
+    course.check_assignment(assignment)
+    jobs = jobs or os.cpu_count() or 1
+    limits = limits or Limits(threads=max(1, (os.cpu_count() or 1) // jobs))
+    with _grading_lock(course), warnings.catch_warnings():
+        # nbgrader's own gradebook code trips SQLAlchemy's autoflush warnings; they are not ours to fix.
+        warnings.simplefilter("ignore", category=SAWarning)
+        if not scheduler:
+            warm_up()
+        _sync_gradebook(course, assignment)
+        grader = _Grader(course, assignment, limits)
+        students = grader.submitted_students()
+        rows: dict[str, Row] = {}
+        tasks: list[Task] = []
+        for student in students:
+            reused = None if force else grader.finished_row(student)
+            if reused:
+                rows[student] = reused
+                continue
+            row, student_tasks = grader.prepare(student)
+            if student_tasks:
+                tasks += student_tasks
+                grader.pending[student] = (row, len(student_tasks))
+            else:
+                rows[student] = grader.finish_student(student, row)
+        bar = _Progress(len(students), progress)
+        bar.advance(len(rows))
+        for task, execution in _run(tasks, jobs, scheduler):
+            row = grader.finish_task(task, execution)
+            if row is not None:
+                rows[task.student_id] = row
+                bar.advance(1, task.student_id)
+        for student in grader.missing_students(set(students)):
+            rows[student] = Row(student, assignment, 0.0, grader.max_score, "missing", "no submission collected")
+        result = [rows[s] for s in sorted(rows)]
+        write_grades_csv(course, assignment, result)
+        bar.close()
+        return result
+
+
+def _run(tasks: list[Task], jobs: int, scheduler: str | None):
+    """Yield (task, execution) as they finish, ``jobs`` at a time here or on a Dask cluster."""
+    if not tasks:
+        return
+    if scheduler:
+        from distributed import Client, as_completed
+
+        with Client(scheduler) as client:
+            futures = {client.submit(run_task, task, pure=False): task for task in tasks}
+            for future in as_completed(futures):
+                yield futures[future], future.result()
+        return
+    with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="grade") as pool:
+        queue = list(reversed(tasks))
+        running = {}
+        while queue or running:
+            while queue and len(running) < jobs:
+                task = queue.pop()
+                running[pool.submit(run_task, task)] = task
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in done:
+                yield running.pop(future), future.result()
+
+
+class _Grader:
+    """The gradebook side of grading one assignment (runs only in the coordinating process)."""
+
+    def __init__(self, course: Course, assignment: str, limits: Limits) -> None:
+        self.course, self.assignment, self.limits = course, assignment, limits
+        self.config = course.config()
+        self.coursedir = CourseDirectory(config=self.config)
+        self.db_url = self.coursedir.db_url
+        self.submitted = course.grading / "submitted"
+        self.autograded = course.grading / "autograded"
+        self.staging = course.grading / ".staging"
+        self.pending: dict[str, tuple[Row, int]] = {}
+        self.results: dict[str, list[Execution]] = {}
+        # The sanitized notebooks, kept here: student code runs in the staging folder and may overwrite them.
+        self.sanitized: dict[tuple[str, str], object] = {}
+        with Gradebook(self.db_url, self.coursedir.course_id) as gb:
+            notebooks = gb.find_assignment(assignment).notebooks
+            self.notebook_ids = [nb.name for nb in notebooks]
+            self.max_score = float(sum(nb.max_score for nb in notebooks))
+
+    # -- which students
+
+    def submitted_students(self) -> list[str]:
+        if not self.submitted.is_dir():
+            return []
+        return sorted(p.name for p in self.submitted.iterdir()
+                      if (p / self.assignment).is_dir() and not p.name.startswith("."))
+
+    def missing_students(self, submitted: set[str]) -> list[str]:
+        with Gradebook(self.db_url, self.coursedir.course_id) as gb:
+            return sorted(s.id for s in gb.students if s.id not in submitted)
+
+    # -- resume
+
+    def _fingerprint(self, student: str) -> str:
+        digest = hashlib.sha256()
+        folder = self.submitted / student / self.assignment
+        for path in sorted(folder.rglob("*")):
+            if path.is_file():
+                digest.update(str(path.relative_to(folder)).encode() + b"\0")
+                digest.update(hashlib.sha256(path.read_bytes()).digest())
+        return digest.hexdigest()
+
+    def finished_row(self, student: str) -> Row | None:
+        """The row of an earlier run, if this exact submission was already graded."""
+        marker = self.autograded / student / self.assignment / MARKER
+        try:
+            saved = json.loads(marker.read_text())
+        except (OSError, ValueError):
+            return None
+        if saved.get("fingerprint") != self._fingerprint(student):
+            return None
+        score = self._score(student)
+        if score is None:
+            return None
+        return Row(student, self.assignment, score, self.max_score, saved["status"], saved.get("detail", ""),
+                   reused=True)
+
+    def _score(self, student: str) -> float | None:
+        with Gradebook(self.db_url, self.coursedir.course_id) as gb:
+            try:
+                return float(gb.find_submission(self.assignment, student).score)
+            except MissingEntry:
+                return None
+
+    # -- before execution
+
+    def prepare(self, student: str) -> tuple[Row, list[Task]]:
+        """Register the submission and sanitize its notebooks; return its row so far and its tasks."""
+        row = Row(student, self.assignment, 0.0, self.max_score)
+        source = self.submitted / student / self.assignment
+        timestamp = self.coursedir.get_existing_timestamp(str(source))
+        with Gradebook(self.db_url, self.coursedir.course_id) as gb:
+            gb.update_or_create_student(student)
+            if timestamp:
+                gb.update_or_create_submission(self.assignment, student, timestamp=timestamp)
+            else:
+                gb.update_or_create_submission(self.assignment, student)
+        staging = self.staging / student / self.assignment
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        self._copy_course_files(staging)
+        tasks = []
+        self.results[student] = []
+        for notebook_id in self.notebook_ids:
+            path = source / f"{notebook_id}.ipynb"
+            problem = None
+            if not path.exists():
+                problem = f"{notebook_id}.ipynb is missing from the submission"
+            else:
+                try:
+                    nb = self._sanitize(read_submission(path), student, notebook_id)
+                except InvalidNotebook as error:
+                    problem = f"{notebook_id}.ipynb: {error}"
+            if problem:
+                self._zero(student, notebook_id)
+                _worsen(row, "invalid notebook", problem)
+                _write_problem_notebook(staging / f"{notebook_id}.ipynb", problem)
+                continue
+            nbformat.write(nb, staging / f"{notebook_id}.ipynb")
+            self.sanitized[student, notebook_id] = nb
+            env = {"NBGRADER_EXECUTION": "autograde", "MPLBACKEND": "module://matplotlib_inline.backend_inline"}
+            # Plain dicts of what the worker needs: unpickling nbformat's classes would import nbformat there.
+            cells = [{"cell_type": str(c.cell_type), "source": str(c.source)} for c in nb.cells]
+            tasks.append(Task(student, notebook_id, cells, str(staging), self.limits, env))
+        return row, tasks
+
+    def _copy_course_files(self, staging: Path) -> None:
+        """Data files beside the source notebook, as nbgrader copies them for autograde."""
+        source = self.course.solutions / self.assignment
+        for path in source.rglob("*"):
+            relative = path.relative_to(source)
+            if path.is_file() and path.suffix != ".ipynb" and not any(
+                    part.startswith(".") or part == "__pycache__" for part in relative.parts):
+                (staging / relative).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(path, staging / relative)
+
+    def _resources(self, student: str, notebook_id: str) -> dict:
+        return {"unique_key": notebook_id, "nbgrader": {
+            "student": student, "assignment": self.assignment, "notebook": notebook_id,
+            "db_url": self.db_url, "course_id": self.coursedir.course_id}}
+
+    def _sanitize(self, nb, student: str, notebook_id: str):
+        resources = self._resources(student, notebook_id)
+        try:
+            for kind in (ClearOutput, RestoreTests, DeduplicateIds, OverwriteKernelspec, OverwriteCells,
+                         CheckCellMetadata):
+                nb, resources = kind(config=self.config)(nb, resources)
+        except Exception as error:  # nbgrader says what is wrong with the cells
+            raise InvalidNotebook(f"its cells cannot be graded ({error})") from error
+        return nb
+
+    def _zero(self, student: str, notebook_id: str) -> None:
+        with Gradebook(self.db_url, self.coursedir.course_id) as gb:
+            notebook = gb.find_submission_notebook(notebook_id, self.assignment, student)
+            for grade in notebook.grades:
+                grade.auto_score = 0
+                grade.needs_manual_grade = False
+            gb.db.commit()
+
+    # -- after execution
+
+    def finish_task(self, task: Task, execution: Execution) -> Row | None:
+        """Score one executed notebook; when the student's last one is in, finish the student."""
+        staging = Path(task.cwd)
+        staging.mkdir(parents=True, exist_ok=True)  # student code may have deleted it
+        path = staging / f"{task.notebook_id}.ipynb"
+        nb = self.sanitized.pop((task.student_id, task.notebook_id))
+        for index, outputs in execution.outputs.items():
+            cell = nb.cells[index]
+            cell.outputs = [nbformat.from_dict(o) for o in outputs]
+            cell.execution_count = execution.execution_counts.get(index)
+        resources = self._resources(task.student_id, task.notebook_id)
+        for kind in (IgnorePattern, ClearMetadataPreprocessor, LimitOutput, SaveAutoGrades,
+                     AssignLatePenalties, CheckCellMetadata):
+            nb, resources = kind(config=self.config)(nb, resources)
+        nbformat.write(nb, path)
+        row, left = self.pending[task.student_id]
+        if execution.status != "graded":
+            where = _cell_name(nb, execution.cell)
+            _worsen(row, execution.status, f"{task.notebook_id}, {where}"
+                                           f"{': ' + execution.detail if execution.detail else ''}")
+        self.pending[task.student_id] = (row, left - 1)
+        if left - 1:
+            return None
+        del self.pending[task.student_id]
+        return self.finish_student(task.student_id, row)
+
+    def finish_student(self, student: str, row: Row) -> Row:
+        """Move the graded folder into place, marked with what was graded; read the score."""
+        staging = self.staging / student / self.assignment
+        (staging / MARKER).write_text(json.dumps({
+            "fingerprint": self._fingerprint(student), "status": row.status, "detail": row.detail}))
+        final = self.autograded / student / self.assignment
+        final.parent.mkdir(parents=True, exist_ok=True)
+        old = final.with_name(f".{self.assignment}.old")
+        shutil.rmtree(old, ignore_errors=True)
+        if final.exists():
+            final.rename(old)
+        staging.rename(final)
+        shutil.rmtree(old, ignore_errors=True)
+        shutil.rmtree(self.staging / student, ignore_errors=True)
+        row.score = self._score(student) or 0.0
+        return row
+
+
+class InvalidNotebook(Exception):
+    """A submitted file that cannot be graded as a notebook; the message says why."""
+
+
+def read_submission(path: Path):
+    """Read a submitted notebook, or raise InvalidNotebook saying, for the student, what is wrong."""
+    size = path.stat().st_size
+    if size == 0:
+        raise InvalidNotebook("the file is empty")
+    if size > MAX_NOTEBOOK_BYTES:
+        raise InvalidNotebook(f"the file is {size / 1024**2:.0f} MB; notebooks over "
+                              f"{MAX_NOTEBOOK_BYTES // 1024**2} MB are not graded (clear large outputs and resubmit)")
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise InvalidNotebook(f"the file is not UTF-8 text (byte {error.start}): it is not a notebook") from error
+    try:
+        data = json.loads(text)
+    except ValueError as error:
+        raise InvalidNotebook(f"the file is not valid JSON ({error}): was it saved by Jupyter?") from error
+    if not isinstance(data, dict) or "cells" not in data and "worksheets" not in data:
+        raise InvalidNotebook("the file is JSON but not a notebook")
+    try:
+        return nbformat.reads(text, as_version=4)
+    except Exception as error:
+        raise InvalidNotebook(f"the notebook cannot be read ({error})") from error
+
+
+def _write_problem_notebook(path: Path, problem: str) -> None:
+    """A one-cell notebook in the autograded folder, so the feedback says what went wrong."""
+    nb = nbformat.v4.new_notebook()
+    nb.cells.append(nbformat.v4.new_markdown_cell(
+        f"## This submission could not be graded\n\n{problem}\n\nEvery test in it scores 0. "
+        "Open the notebook in JupyterLab, check that it runs, save it, and hand it in again."))
+    nbformat.write(nb, path)
+
+
+def _cell_name(nb, index: int | None) -> str:
+    """How a person finds a cell: the graded test's id, else the exercise it follows, else its number."""
+    if index is None:
+        return "unknown cell"
+    grade_id = nb.cells[index].metadata.get("nbgrader", {}).get("grade_id")
+    if grade_id:
+        return f"cell '{grade_id}'"
+    before = [c.metadata.get("nbgrader", {}).get("grade_id") for c in nb.cells[:index]]
+    named = [g for g in before if g]
+    return f"cell {index + 1}" + (f" (after '{named[-1]}')" if named else "")
+
+
+def _worsen(row: Row, status: str, detail: str) -> None:
+    if STATUSES.index(status) < STATUSES.index(row.status):
+        row.status, row.detail = status, detail
+    elif status == row.status and detail and detail not in row.detail:
+        row.detail = f"{row.detail}; {detail}" if row.detail else detail
+
+
+def _sync_gradebook(course: Course, assignment: str) -> None:
+    """Record the assignment's notebooks and tests in the gradebook (nbgrader generate_assignment).
+
+    Skipped when the solutions are unchanged since the last sync into this gradebook. The
+    student version goes to a scratch folder: ``course/`` is left exactly as committed.
+    """
+    db_url = CourseDirectory(config=course.config()).db_url
+    digest = hashlib.sha256(db_url.encode())
+    for path in sorted((course.solutions / assignment).rglob("*")):
+        if path.is_file():
+            digest.update(str(path).encode() + hashlib.sha256(path.read_bytes()).digest())
+    stamp = course.grading / f".synced-{assignment}"
+    if stamp.exists() and stamp.read_text() == digest.hexdigest() and _in_gradebook(course, assignment):
+        return
+    with tempfile.TemporaryDirectory(prefix="autograder-release-") as scratch:
+        course.nbgrader("generate_assignment", assignment, "--force", "--log-level=ERROR",
+                        f"--CourseDirectory.release_directory={scratch}")
+    stamp.write_text(digest.hexdigest())
+
+
+def _in_gradebook(course: Course, assignment: str) -> bool:
+    with course.gradebook() as gb:  # makes a new gradebook if it was deleted since the last sync
+        try:
+            return bool(gb.find_assignment(assignment).notebooks)
+        except MissingEntry:
+            return False
+
+
+@contextmanager
+def _grading_lock(course: Course):
+    """One grading run at a time per course; a second one waits for the first."""
+    course.grading.mkdir(parents=True, exist_ok=True)
+    with open(course.grading / ".grading.lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print("another grading run is in progress; waiting for it to finish ...", file=sys.stderr)
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def write_grades_csv(course: Course, assignment: str, rows: list[Row]) -> Path:
+    """Write (or update) grades.csv: one row per student and assignment."""
+    path = course.grading / GRADES_CSV
+    kept = []
+    if path.exists():
+        with open(path, newline="") as f:
+            kept = [r for r in csv.DictReader(f) if r.get("assignment") != assignment]
+    fields = ["student_id", "assignment", "score", "max_score", "status", "detail"]
+    temporary = path.with_suffix(".csv.tmp")
+    with open(temporary, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(kept)
+        for r in rows:
+            writer.writerow({"student_id": r.student_id, "assignment": r.assignment, "score": f"{r.score:g}",
+                             "max_score": f"{r.max_score:g}", "status": r.status, "detail": r.detail})
+    temporary.replace(path)
+    return path
+
+
+class _Progress:
+    """A one-line progress bar on stderr (plain lines when stderr is not a terminal)."""
+
+    def __init__(self, total: int, stream=None) -> None:
+        self.total, self.done, self.started = total, 0, time.monotonic()
+        self.stream = stream if stream is not None else sys.stderr
+        self.tty = getattr(self.stream, "isatty", lambda: False)()
+
+    def advance(self, n: int, label: str = "") -> None:
+        if not n or not self.total:
+            self.done += n
+            return
+        self.done += n
+        width = 30
+        filled = int(width * self.done / self.total)
+        line = (f"grading [{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} "
+                f"{time.monotonic() - self.started:5.1f}s {label}")
+        if self.tty:
+            self.stream.write("\r" + line.ljust(79))
+        elif label:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.tty and self.total:
+            self.stream.write("\n")
+            self.stream.flush()

@@ -1,0 +1,25 @@
+"""IPython extension loaded into every kernel nbgrader starts (see ``nbgrader_config.py``).
+
+nbgrader scores a test cell 0 when it wrote anything to stderr, and torch prints harmless
+warnings there. A warning is never the student's fault, so in grading kernels warnings are
+printed to stdout instead: still visible in the feedback, never costing marks.
+
+It also installs the tamper guard (``autograder.grading.tamper``) before the first cell runs, so
+student code that replaces ``torch.allclose``, the checker or the names the tests use is
+undone after every cell and reported in it.
+"""
+
+import sys
+import warnings
+
+
+def _show_on_stdout(message, category, filename, lineno, file=None, line=None):
+    sys.stdout.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+
+def load_ipython_extension(ipython):
+    """Set up a grading kernel; return its tamper guard (the grader keeps it)."""
+    from autograder.grading import tamper
+
+    warnings.showwarning = _show_on_stdout
+    return tamper.install(ipython)

@@ -1,0 +1,164 @@
+"""A class report for one assignment: total scores and per-exercise pass rates from the gradebook.
+
+Writes ``scores.png`` (histogram of total scores), ``pass_rates.png`` (share of students who
+passed each exercise) and ``summary.md`` (the numbers, exercises worst first, so the instructor
+sees what the class struggled with). An exercise is a graded test cell (grade_id); a student
+passes it when the autograder gave it full marks. If ``<grading>/grades.csv`` has a ``status``
+column, the summary also counts the grading statuses (graded, timed out, ...).
+"""
+
+from __future__ import annotations
+
+import csv
+import statistics
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
+from nbgrader.api import Gradebook, MissingEntry
+
+from autograder.authoring.course import Course, CourseError
+
+
+@dataclass
+class Exercise:
+    name: str          # grade_id (prefixed with the notebook when an assignment has several)
+    max_score: float
+    passed: int        # students with full marks
+    graded: int        # students graded
+
+    @property
+    def pass_rate(self) -> float:
+        return self.passed / self.graded if self.graded else 0.0
+
+
+@dataclass
+class Report:
+    assignment: str
+    max_score: float
+    scores: dict[str, float]               # student_id -> total score, graded students only
+    exercises: list[Exercise]              # worst pass rate first
+    not_graded: list[str] = field(default_factory=list)  # in the gradebook, but no test was scored
+    statuses: dict[str, int] = field(default_factory=dict)  # from grades.csv, if it has a status column
+    histogram: Path | None = None
+    pass_rates: Path | None = None
+    summary: Path | None = None
+
+    @property
+    def mean(self) -> float:
+        return statistics.mean(self.scores.values())
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.scores.values())
+
+
+def report(course: Course, assignment: str, out_dir: Path) -> Report:
+    """Read the gradebook for ``assignment`` and write the figures and summary.md into ``out_dir``.
+
+    Raises CourseError when there is no gradebook, the assignment is not in it, or no
+    submission of it has been graded.
+    """
+    result = _read_gradebook(course, assignment)
+    result.statuses = _read_statuses(course.grading / "grades.csv", assignment)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    result.histogram = _plot_scores(result, out_dir / "scores.png")
+    result.pass_rates = _plot_pass_rates(result, out_dir / "pass_rates.png")
+    result.summary = out_dir / "summary.md"
+    result.summary.write_text(_summary_text(result), encoding="utf-8")
+    return result
+
+
+def _read_gradebook(course: Course, assignment: str) -> Report:
+    db_url = course.config().CourseDirectory.db_url
+    if db_url.startswith("sqlite:///") and not Path(db_url.removeprefix("sqlite:///")).exists():
+        raise CourseError(f"no gradebook at {db_url.removeprefix('sqlite:///')}: grade the assignment first")
+    with Gradebook(db_url) as gradebook:
+        try:
+            submissions = gradebook.find_assignment(assignment).submissions
+        except MissingEntry:
+            raise CourseError(f"assignment '{assignment}' is not in the gradebook: grade it first") from None
+        several_notebooks = len({n.name for s in submissions for n in s.notebooks}) > 1
+        scores, not_graded, max_score = {}, [], 0.0
+        exercises: dict[str, Exercise] = {}
+        for submission in submissions:
+            grades = [g for n in submission.notebooks for g in n.grades]
+            if all(g.auto_score is None and g.manual_score is None for g in grades):
+                not_graded.append(submission.student.id)
+                continue
+            scores[submission.student.id] = submission.score
+            max_score = submission.max_score
+            for grade in grades:
+                name = f"{grade.notebook.name}: {grade.name}" if several_notebooks else grade.name
+                exercise = exercises.setdefault(name, Exercise(name, grade.max_score, 0, 0))
+                exercise.graded += 1
+                if grade.auto_score is not None and grade.auto_score >= grade.max_score:
+                    exercise.passed += 1
+    if not scores:
+        raise CourseError(f"no graded submission of '{assignment}' in the gradebook: grade it first")
+    worst_first = sorted(exercises.values(), key=lambda e: (e.pass_rate, e.name))
+    return Report(assignment, max_score, dict(sorted(scores.items())), worst_first, sorted(not_graded))
+
+
+def _read_statuses(grades_csv: Path, assignment: str) -> dict[str, int]:
+    """status -> number of students, from the grader's grades.csv ({} when absent or without statuses)."""
+    if not grades_csv.exists():
+        return {}
+    with grades_csv.open(newline="", encoding="utf-8") as stream:
+        rows = [r for r in csv.DictReader(stream) if r.get("assignment", assignment) == assignment]
+    counts = Counter(r["status"] for r in rows if r.get("status"))
+    return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
+
+
+def _plot_scores(result: Report, path: Path) -> Path:
+    figure = Figure(figsize=(6, 4), layout="constrained")
+    axes = figure.subplots()
+    top = int(-(-result.max_score // 1))  # one bar per point, 0 .. max
+    axes.hist(list(result.scores.values()), bins=[i - 0.5 for i in range(top + 2)], color="tab:blue", edgecolor="white")
+    axes.set_xlim(-0.5, top + 0.5)
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+    axes.yaxis.set_major_locator(MaxNLocator(integer=True))
+    axes.set_xlabel(f"total score (out of {result.max_score:g})")
+    axes.set_ylabel("students")
+    axes.set_title(f"{result.assignment}: {len(result.scores)} students, mean {result.mean:.1f}")
+    figure.savefig(path, dpi=100)
+    return path
+
+
+def _plot_pass_rates(result: Report, path: Path) -> Path:
+    exercises = result.exercises[::-1]  # barh draws bottom up: the worst ends on top
+    figure = Figure(figsize=(7, 1 + 0.4 * len(exercises)), layout="constrained")
+    axes = figure.subplots()
+    bars = axes.barh([e.name for e in exercises], [100 * e.pass_rate for e in exercises], color="tab:green")
+    axes.bar_label(bars, labels=[f"{e.passed}/{e.graded}" for e in exercises], padding=3)
+    axes.set_xlim(0, 110)
+    axes.set_xlabel("students with full marks (%)")
+    axes.set_title(f"{result.assignment}: pass rate per exercise")
+    figure.savefig(path, dpi=100)
+    return path
+
+
+def _summary_text(result: Report) -> str:
+    scores = list(result.scores.values())
+    lines = [
+        f"# {result.assignment}: class report",
+        "",
+        f"- students graded: {len(scores)}",
+        f"- total score (out of {result.max_score:g}): mean {result.mean:.2f}, median {result.median:g}, "
+        f"lowest {min(scores):g}, highest {max(scores):g}",
+    ]
+    if result.not_graded:
+        lines.append(f"- in the gradebook but not graded: {len(result.not_graded)} ({', '.join(result.not_graded)})")
+    if result.statuses:
+        lines.append("- grading status (grades.csv): "
+                     + ", ".join(f"{status} {count}" for status, count in result.statuses.items()))
+    lines += ["", "## Exercises, worst first", "",
+              "| exercise | points | full marks | pass rate |", "|---|---|---|---|"]
+    lines += [f"| {e.name} | {e.max_score:g} | {e.passed}/{e.graded} | {100 * e.pass_rate:.0f}% |"
+              for e in result.exercises]
+    lines += ["", f"![Total scores]({result.histogram.name})", "",
+              f"![Pass rate per exercise]({result.pass_rates.name})", ""]
+    return "\n".join(lines)

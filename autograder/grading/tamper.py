@@ -1,0 +1,168 @@
+"""Find and undo student code that replaces what the tests rely on (``torch.allclose`` and friends).
+
+A submission that sets ``torch.allclose = lambda *a, **k: True`` would pass every test that
+calls it. So before any student code runs, ``Guard`` records the genuine objects: the
+attributes of torch's modules and classes that tests and the checker call, the checker's own
+functions and captured references (``autograder.student.checker``, read from outside, so the checker
+needs no changes), builtins such as ``isinstance``, and the code and defaults of every Python
+function among them. After every cell it compares, puts the genuine objects back, and reports
+what it found as an error in that cell: ``tampering found: torch.allclose was changed
+(restored)``. So tests always run with the genuine functions, and a test cell during which
+tampering happened scores 0 (nbgrader scores any cell with an error 0).
+
+Names the tests use in the notebook's namespace are watched too: rebinding ``torch``, ``nn`` or
+``check_function`` to something else, or defining a function called ``isinstance`` (or another
+builtin the tests check with), counts as tampering and is undone.
+
+The grader (``autograder.grading.warm``) and every kernel nbgrader starts (``autograder.grading.kernel``)
+install a guard before the first cell. It is a defence against the obvious tricks, not a
+sandbox: code that replaces a function and puts it back within one cell, or that goes looking
+for the grader's own objects, is not caught.
+"""
+
+from __future__ import annotations
+
+import builtins
+import importlib
+import types
+
+# Modules whose attributes tests and the checker look up when they run.
+MODULES = ["torch", "torch.autograd", "torch.autograd.gradcheck", "torch.autograd.function",
+           "torch.autograd.forward_ad", "torch.func", "torch.testing", "torch.testing._comparison",
+           "autograder", "autograder.student.checker"]
+# Classes whose methods tests call; new attributes count too (they override inherited ones).
+CLASSES = ["torch.Tensor", "torch.autograd.Function", "torch.autograd.function.FunctionCtx", "torch.nn.Module"]
+# Changed by torch itself: torch.compile (torch._dynamo) wraps torch.manual_seed and nn.Module.__init__.
+CHANGED_BY_TORCH = {("torch", "manual_seed"), ("torch.nn.Module", "__init__"), ("torch.nn.Module", "__setstate__"),
+                    ("torch.nn.Module", "___needs_generation_tag_patch")}
+# Builtins that kernels swap during a cell (ipykernel forwards input() to the notebook).
+CHANGED_BY_KERNEL = {"input"}
+# Names the tests use in the notebook: once bound to these objects, no cell may rebind them.
+WATCHED_NAMES = {"torch": "torch", "nn": "torch.nn", "check_function": "autograder.check_function",
+                 "autograder": "autograder", "__builtins__": "builtins"}
+# Builtins that tests use to check answers: a notebook may not define functions by these names.
+WATCHED_BUILTINS = ["isinstance", "issubclass", "len", "type", "hasattr", "callable", "bool"]
+
+_MISSING = object()
+
+
+class TamperingFound(Exception):
+    """Reported in the cell after which the grader found (and undid) tampering."""
+
+
+def _resolve(dotted: str):
+    """The module, or the attribute of a module, named ``dotted``."""
+    try:
+        return importlib.import_module(dotted)
+    except ImportError:
+        module, _, name = dotted.rpartition(".")
+        return getattr(importlib.import_module(module), name)
+
+
+def _function_state(function: types.FunctionType) -> tuple:
+    """What a function does: its code and defaults (``f.__code__ = ...`` keeps f's identity)."""
+    return function.__code__, function.__defaults__, dict(function.__kwdefaults__ or {})
+
+
+def _same(a, b) -> bool:
+    """Whether two lists or dicts hold the very same objects (never calls student code's ``==``)."""
+    if isinstance(a, dict):
+        a, b = list(a.items()), list(b.items())
+        return len(a) == len(b) and all(x[0] is y[0] and x[1] is y[1] for x, y in zip(a, b))
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b))
+
+
+class Guard:
+    """The genuine objects, captured now; ``check()`` restores them and says what was replaced."""
+
+    def __init__(self, user_ns: dict | None = None) -> None:
+        self.user_ns = user_ns if user_ns is not None else {}
+        self.namespaces: list[tuple[str, object, dict, bool]] = []  # (label, owner, saved items, is a class)
+        for name in MODULES:
+            module = importlib.import_module(name)
+            saved = {k: v for k, v in vars(module).items() if not k.startswith("__")
+                     and (name, k) not in CHANGED_BY_TORCH}
+            self.namespaces.append((name, module, saved, False))
+        for name in CLASSES + [f"autograder.student.checker.{k}" for k, v in vars(_resolve("autograder.student.checker")).items()
+                               if isinstance(v, type) and v.__module__ == "autograder.student.checker"]:
+            cls = _resolve(name)
+            saved = {k: v for k, v in vars(cls).items() if (name, k) not in CHANGED_BY_TORCH}
+            self.namespaces.append((name, cls, saved, True))
+        genuine_builtins = {k: v for k, v in vars(builtins).items() if not k.startswith("_")
+                            and k not in CHANGED_BY_KERNEL and isinstance(v, (types.BuiltinFunctionType, type))}
+        self.namespaces.append(("builtins", builtins, genuine_builtins, False))
+        # Code and defaults of the Python functions among them.
+        self.functions = {}
+        for _, _, saved, _ in self.namespaces:
+            for value in saved.values():
+                function = getattr(value, "__func__", value)  # staticmethod, classmethod
+                if isinstance(function, types.FunctionType):
+                    self.functions[function] = _function_state(function)
+        # The checker's own lists and dicts (its table of torch error messages).
+        checker = vars(_resolve("autograder.student.checker"))
+        self.containers = {k: (v, type(v)(v)) for k, v in checker.items()
+                           if type(v) in (list, dict) and not k.startswith("__")}
+        self.names = {name: _resolve(target) for name, target in WATCHED_NAMES.items()}
+        self.bound: set[str] = set()
+
+    def check(self) -> list[str]:
+        """Put back every genuine object that was replaced; return what was replaced (empty: nothing)."""
+        replaced = []
+        for label, owner, saved, is_class in self.namespaces:
+            current = vars(owner)
+            for name, genuine in saved.items():
+                if current.get(name, _MISSING) is not genuine:
+                    replaced.append(f"{label}.{name}")
+                    setattr(owner, name, genuine)
+            if is_class:
+                for name in [k for k in current if k not in saved and (label, k) not in CHANGED_BY_TORCH]:
+                    replaced.append(f"{label}.{name}")
+                    delattr(owner, name)
+        for function, (code, defaults, kwdefaults) in self.functions.items():
+            if (function.__code__ is not code or function.__defaults__ is not defaults
+                    or not _same(function.__kwdefaults__ or {}, kwdefaults)):
+                replaced.append(f"{function.__module__}.{function.__qualname__}")
+                function.__code__, function.__defaults__ = code, defaults
+                function.__kwdefaults__ = dict(kwdefaults) or None
+        for name, (container, contents) in self.containers.items():
+            if not _same(container, contents):
+                replaced.append(f"autograder.student.checker.{name}")
+                if isinstance(container, list):
+                    container[:] = contents
+                else:
+                    container.clear()
+                    container.update(contents)
+        return replaced + self._check_names()
+
+    def _check_names(self) -> list[str]:
+        """Rebound names the tests use (``torch = ...``), and functions named like builtins they use."""
+        replaced = []
+        for name, genuine in self.names.items():
+            value = self.user_ns.get(name, _MISSING)
+            if value is genuine:
+                self.bound.add(name)
+            elif name in self.bound:
+                replaced.append(f"the name {name}")
+                self.user_ns[name] = genuine
+        for name in WATCHED_BUILTINS:
+            if callable(self.user_ns.get(name)):
+                replaced.append(f"the builtin {name}")
+                del self.user_ns[name]
+        return replaced
+
+    def after_cell(self, shell) -> None:
+        """IPython ``post_run_cell`` hook: restore, and report tampering as an error in the cell."""
+        replaced = self.check()
+        if replaced:
+            shown = ", ".join(replaced[:8]) + (f" and {len(replaced) - 8} more" if len(replaced) > 8 else "")
+            found = TamperingFound(
+                f"tampering found: {shown} {'was' if len(replaced) == 1 else 'were'} changed (restored). "
+                "Tests always run with the genuine functions; a test cell in which this happens scores 0.")
+            shell.showtraceback(exc_tuple=(TamperingFound, found, None))
+
+
+def install(shell) -> Guard:
+    """Capture the genuine objects now and check after every cell of ``shell`` (an IPython shell)."""
+    guard = Guard(shell.user_ns)
+    shell.events.register("post_run_cell", lambda result: guard.after_cell(shell))
+    return guard

@@ -1,0 +1,15 @@
+"""The student's library: what a course notebook imports.
+
+- ``checker``: ``check_function`` compares a custom ``torch.autograd.Function`` with torch's own
+  gradients and explains a mistake in course terms (every assignment's tests call it);
+- ``graph``: ``draw_graph`` pictures the backward graph autograd records;
+- ``timing``: assignment 06's timing helpers, workloads and plots.
+
+Nothing here imports from ``autograder.authoring`` or ``autograder.grading``: a student's
+notebook needs neither the course's sources nor the grader.
+"""
+
+from autograder.student.checker import check_function
+from autograder.student.graph import draw_graph
+
+__all__ = ["check_function", "draw_graph"]

@@ -1,0 +1,121 @@
+"""The notebooks: committed clean, released faithfully, solutions full marks, release none."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from nbgrader.validator import Validator
+
+from autograder.authoring.course import Course, release
+from autograder.authoring.validation import validate_solution
+from conftest import REPO, nbgrader_meta, read_notebook, source
+
+ASSIGNMENTS = Course(REPO).assignments()
+SOLUTION_BLOCK = re.compile(r"### BEGIN SOLUTION\n(.*?)### END SOLUTION", re.S)
+HIDDEN_BLOCK = re.compile(r"### BEGIN HIDDEN TESTS\n(.*?)### END HIDDEN TESTS", re.S)
+
+
+def _all_notebooks():
+    return sorted((REPO / "solutions").glob("*/*.ipynb")) + sorted((REPO / "course").glob("*/*.ipynb"))
+
+
+def _significant_lines(code: str) -> list[str]:
+    """Lines that would give away an answer: not blank, not comments, not a bare keyword."""
+    return [line.strip() for line in code.splitlines()
+            if line.strip() and not line.strip().startswith("#") and line.strip() not in ("pass", "else:", "return")]
+
+
+def test_course_has_assignments():
+    assert "01_first_function" in ASSIGNMENTS
+    assert [p.name for p in sorted((REPO / "course").iterdir()) if p.is_dir()] == ASSIGNMENTS, \
+        "course/ and solutions/ must hold the same assignments (run `make release`)"
+
+
+@pytest.mark.parametrize("path", _all_notebooks(), ids=lambda p: str(p.relative_to(REPO)))
+def test_notebook_is_committed_without_outputs(path):
+    dirty = [i for i, cell in enumerate(read_notebook(path)["cells"])
+             if cell["cell_type"] == "code" and (cell.get("outputs") or cell.get("execution_count"))]
+    assert not dirty, f"{path.name}: cells {dirty} have outputs; clear them before committing"
+
+
+def test_release_is_what_make_release_generates(course_copy):
+    """course/ is exactly nbgrader's release of solutions/ (regenerated here and compared)."""
+    committed = {p.relative_to(course_copy.release): p.read_bytes() for p in course_copy.release.rglob("*") if p.is_file()}
+    release(course_copy)
+    generated = {p.relative_to(course_copy.release): p.read_bytes() for p in course_copy.release.rglob("*") if p.is_file()}
+    assert sorted(generated) == sorted(committed), "course/ has missing or extra files: run `make release`"
+    stale = [str(p) for p in generated if generated[p] != committed[p]]
+    assert not stale, f"course/ is out of date with solutions/ for {stale}: run `make release` and commit"
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_release_holds_no_solution_and_no_hidden_test(assignment):
+    solution = read_notebook(REPO / "solutions" / assignment / f"{assignment}.ipynb")
+    released = read_notebook(REPO / "course" / assignment / f"{assignment}.ipynb")
+    released_text = "\n".join(source(c) for c in released["cells"])
+    assert "BEGIN SOLUTION" not in released_text and "HIDDEN TESTS" not in released_text
+    secrets = []
+    for cell in solution["cells"]:
+        for block in SOLUTION_BLOCK.findall(source(cell)) + HIDDEN_BLOCK.findall(source(cell)):
+            secrets += _significant_lines(block)
+    assert secrets, "the solution notebook should contain solutions and hidden tests"
+    released_lines = {line.strip() for line in released_text.splitlines()}
+    leaked = [line for line in secrets if line in released_lines and not _is_also_visible(line, solution)]
+    assert not leaked, f"solution or hidden-test lines appear in the release: {leaked}"
+
+
+def _is_also_visible(line: str, solution: dict) -> bool:
+    """True when the same line also stands outside every solution and hidden block (e.g. a demo)."""
+    for cell in solution["cells"]:
+        text = HIDDEN_BLOCK.sub("", SOLUTION_BLOCK.sub("", source(cell)))
+        if line in {l.strip() for l in text.splitlines()}:
+            return True
+    return False
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_every_exercise_is_stated_tested_visibly_and_hidden(assignment):
+    cells = read_notebook(REPO / "solutions" / assignment / f"{assignment}.ipynb")["cells"]
+    ids = [nbgrader_meta(c)["grade_id"] for c in cells if nbgrader_meta(c)]
+    assert len(ids) == len(set(ids)), f"duplicate grade ids: {ids}"
+    exercises: list[list[dict]] = []
+    for cell in cells:
+        meta = nbgrader_meta(cell)
+        if meta.get("solution"):
+            exercises.append([])
+        elif meta.get("grade"):
+            assert exercises, f"test cell {meta['grade_id']} comes before any solution cell"
+            exercises[-1].append(cell)
+            first = source(cell).strip().splitlines()[0]
+            assert first.startswith("# Test: "), f"{meta['grade_id']}: first line should say what it checks, got {first!r}"
+            visible = HIDDEN_BLOCK.sub("", source(cell)).strip().splitlines()[1:]
+            assert any(l.strip() and not l.strip().startswith("#") for l in visible), \
+                f"{meta['grade_id']}: has no visible test a student can run"
+            assert meta.get("locked") and meta.get("points", 0) > 0
+    assert len(exercises) >= 3, "each assignment has at least three graded exercises"
+    for n, tests in enumerate(exercises, 1):
+        assert tests, f"exercise {n} has no test cell"
+        assert any(HIDDEN_BLOCK.search(source(t)) for t in tests), f"exercise {n} has no hidden tests"
+    graded = [source(t) for tests in exercises for t in tests]
+    assert any("check_function" in HIDDEN_BLOCK.sub("", t) for t in graded), "no visible test calls check_function"
+    assert any("check_function" in "".join(HIDDEN_BLOCK.findall(t)) for t in graded), "no hidden test calls check_function"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_solution_runs_top_to_bottom_with_full_marks(course, assignment):
+    for notebook in course.notebooks(assignment):
+        verdict = validate_solution(course, notebook)
+        assert verdict.ok, "\n".join(verdict.problems)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_blank_release_fails_every_graded_test(course, assignment):
+    """Stronger than `validate --invert`: not one graded cell passes, each one fails."""
+    for notebook in course.notebooks(assignment, released=True):
+        graded = [nbgrader_meta(c)["grade_id"] for c in read_notebook(notebook)["cells"] if nbgrader_meta(c).get("grade")]
+        failed = Validator(config=course.config()).validate(str(notebook)).get("failed", [])
+        assert len(failed) == len(graded), (
+            f"{notebook.name}: {len(graded) - len(failed)} of {len(graded)} graded tests pass without student code")

@@ -1,0 +1,164 @@
+"""The instructor's workflow end to end on the demo class: collect, grade, feedback, report; resume; bench."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from autograder.authoring.course import Course
+from autograder.grading.demo.make_demo import ASSIGNMENT, DEMO_ROOT
+from conftest import REPO, nbgrader_meta, read_notebook, source
+
+EXPECTED = json.loads((DEMO_ROOT / "expected_scores.json").read_text())
+COMMANDS = ["release", "validate", "check", "roster", "collect", "grade", "feedback", "report", "demo", "bench"]
+
+
+def autograder(course: Course, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """Run ``python -m autograder ARGS`` on ``course`` as an instructor would."""
+    result = subprocess.run([sys.executable, "-m", "autograder", *args], cwd=course.root,
+                            env=course.environment(), capture_output=True, text=True, timeout=600)
+    if check:
+        assert result.returncode == 0, f"autograder {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}"
+    return result
+
+
+def grades_csv(course: Course) -> dict[str, dict]:
+    with open(course.grading / "grades.csv", newline="") as f:
+        return {row["student_id"]: row for row in csv.DictReader(f)}
+
+
+def hidden_test_lines(course: Course, assignment: str) -> list[str]:
+    """Every substantial line between the hidden-test markers of the solution notebook."""
+    lines, inside = [], False
+    for cell in read_notebook(course.solutions / assignment / f"{assignment}.ipynb")["cells"]:
+        for line in source(cell).splitlines():
+            if "### BEGIN HIDDEN TESTS" in line:
+                inside = True
+            elif "### END HIDDEN TESTS" in line:
+                inside = False
+            elif inside and len(line.strip()) > 12:
+                lines.append(line.strip())
+    return lines
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory) -> tuple[Course, subprocess.CompletedProcess]:
+    """A course copy on which `python -m autograder demo` has run once."""
+    root = tmp_path_factory.mktemp("demo-course")
+    for folder in ("solutions", "course"):
+        shutil.copytree(REPO / folder, root / folder)
+    course = Course(root)
+    return course, autograder(course, "demo")
+
+
+@pytest.mark.slow
+def test_demo_grades_match_plain_nbgrader_scores(demo):
+    course, run = demo
+    rows = grades_csv(course)
+    # hal is on the roster but handed in nothing.
+    assert set(rows) == set(EXPECTED["scores"]) | {"hal"}
+    assert (float(rows["hal"]["score"]), rows["hal"]["status"]) == (0, "missing")
+    for student, expected in EXPECTED["scores"].items():
+        row = rows[student]
+        assert row["assignment"] == ASSIGNMENT and float(row["max_score"]) == EXPECTED["max_score"]
+        if expected is None:  # nbgrader cannot read it; we grade it 0 and say why
+            assert row["status"] == "invalid notebook" and float(row["score"]) == 0
+            assert "not valid JSON" in row["detail"]
+        else:
+            assert (float(row["score"]), row["status"]) == (expected, "graded"), student
+    assert "6 graded, 1 invalid notebook, 1 missing" in run.stdout
+    assert "8 students added" in run.stdout
+
+
+@pytest.mark.slow
+def test_demo_feedback_explains_failures_without_hidden_tests(demo):
+    course, _ = demo
+    pages = {p.parts[-3]: p.read_text(encoding="utf-8")
+             for p in (course.grading / "feedback").glob(f"*/{ASSIGNMENT}/{ASSIGNMENT}.html")}
+    assert set(pages) == set(EXPECTED["scores"])
+    # chen's Cube backward forgets grad_output: the checker's message says so, in the feedback.
+    assert "grad_output" in pages["chen"] and "cube" in pages["chen"].lower()
+    assert "could not be graded" in pages["gus"] and "not valid JSON" in pages["gus"]
+    hidden = hidden_test_lines(course, ASSIGNMENT)
+    assert hidden, "assignment 01 has hidden tests"
+    for student, page in pages.items():
+        leaked = [line for line in hidden if line in page]
+        assert not leaked, f"{student}'s feedback shows hidden test lines: {leaked[:3]}"
+
+
+@pytest.mark.slow
+def test_demo_report_has_figures_and_worst_exercise_first(demo):
+    course, _ = demo
+    folder = course.grading / "reports" / ASSIGNMENT
+    for name in ("scores.png", "pass_rates.png"):
+        assert (folder / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    summary = (folder / "summary.md").read_text()
+    assert "students graded: 7" in summary and "invalid notebook 1" in summary and "missing 1" in summary
+
+
+@pytest.mark.slow
+def test_grading_again_changes_nothing_and_resumes_only_what_is_unfinished(demo):
+    course, _ = demo
+    before = grades_csv(course)
+    markers = {s: course.grading / "autograded" / s / ASSIGNMENT / ".autograder.json"
+               for s, row in before.items() if row["status"] != "missing"}
+    stamps = {s: m.stat().st_mtime_ns for s, m in markers.items()}
+
+    autograder(course, "grade", ASSIGNMENT)
+    assert grades_csv(course) == before
+    assert {s: m.stat().st_mtime_ns for s, m in markers.items()} == stamps, "nothing is regraded"
+
+    # As if a run had been killed before it finished ben: only ben is graded again.
+    shutil.rmtree(course.grading / "autograded" / "ben")
+    autograder(course, "grade", ASSIGNMENT)
+    assert grades_csv(course) == before
+    regraded = {s for s, m in markers.items() if m.stat().st_mtime_ns != stamps[s]}
+    assert regraded == {"ben"}
+
+    # --force grades everything again, with the same result.
+    autograder(course, "grade", ASSIGNMENT, "--force", "--jobs", "1")
+    assert grades_csv(course) == before
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_has_help(command):
+    result = subprocess.run([sys.executable, "-m", "autograder", command, "--help"],
+                            capture_output=True, text=True)
+    assert result.returncode == 0 and "usage: python -m autograder " + command in result.stdout
+
+
+def test_errors_are_one_clear_line(course_copy):
+    result = autograder(course_copy, "grade", "no_such_assignment", check=False)
+    assert result.returncode == 2
+    assert result.stderr.strip().count("\n") == 0 and "no assignment 'no_such_assignment'" in result.stderr
+    result = autograder(course_copy, "feedback", ASSIGNMENT, check=False)
+    assert result.returncode == 2 and "nothing graded yet" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.slow
+def test_bench_grades_identically_and_faster_than_nbgrader(tmp_path):
+    """A small bench (make bench-grade runs 40): same scores as nbgrader, in less time."""
+    from autograder.grading.bench import bench
+
+    result = bench(students=4, out=open(os.devnull, "w"))
+    assert result["differences"] == {}
+    assert result["ours_seconds"] < result["nbgrader_seconds"], result
+
+
+def test_grading_recreates_a_deleted_gradebook_without_the_venv_on_path(course_copy):
+    """A gradebook deleted after a run is made again; that runs alembic, found beside this Python."""
+    first = autograder(course_copy, "grade", ASSIGNMENT, check=False)
+    assert first.returncode == 2 and "no submissions" in first.stderr, first.stderr
+    (course_copy.grading / "gradebook.db").unlink()
+    env = course_copy.environment() | {"PATH": "/usr/bin:/bin"}
+    again = subprocess.run([sys.executable, "-m", "autograder", "grade", ASSIGNMENT], cwd=course_copy.root,
+                           env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 2 and "no submissions" in again.stderr, again.stderr
+    assert (course_copy.grading / "gradebook.db").exists()
