@@ -73,9 +73,9 @@ demo: install  ## Instructor quick start: roster, collect, grade, feedback and r
 bench-grade: install  ## Grade N (40) submissions with this grader and with sequential nbgrader; compare
 	$(BIN)/python -m autograder bench --students $(N)
 
-benchmark: install  ## Time CPU vs GPU; write assignment 06's reference data and figures
+benchmark: install  ## Time CPU vs GPU; write assignment 07's reference data and figures
 	$(BIN)/python -m autograder.authoring.record_timings
-	$(BIN)/python -m autograder release 06_gpu_timing
+	$(BIN)/python -m autograder release 07_gpu_timing
 
 # The browser tests drive Debian's chromium (no Playwright browser download); $CHROMIUM overrides
 # its path. Without apt-get (not Debian) nothing is installed and those tests skip, saying why.

@@ -4,7 +4,7 @@
   ``release`` (solutions/ -> course/);
 - ``validation``: solutions earn full marks, the blank release none;
 - ``book``: the rendered course for self-study;
-- ``record_timings``: records assignment 06's reference timings.
+- ``record_timings``: records assignment 07's reference timings.
 
 Authoring may use the student's library; it never imports the grader.
 """

@@ -1,7 +1,7 @@
-"""Record assignment 06's reference timings: ``python -m autograder.authoring.record_timings``.
+"""Record assignment 07's reference timings: ``python -m autograder.authoring.record_timings``.
 
 The course author runs this (``make benchmark``) on a machine with the device to record, and
-commits the JSON record and its two figures beside the 06 notebook. The workloads, the timing
+commits the JSON record and its two figures beside the 07 notebook. The workloads, the timing
 helper and the plots it uses are the student's own (``autograder.student.timing``), so a
 reference and a live measurement are made the same way.
 """
@@ -27,7 +27,7 @@ from autograder.student.timing import (COLUMNS, COPY, BYTES_MODEL, FORMAT, FUSED
                                        nominal_peak_bandwidth_gbps, saved_bytes, sweep, sync_debug_report,
                                        timed_call, timer_median, variant, workload_tensors, write_figures)
 
-ASSIGNMENT_DIR = REPO_ROOT / "solutions" / "06_gpu_timing"
+ASSIGNMENT_DIR = REPO_ROOT / "solutions" / "07_gpu_timing"
 
 
 def record(device, sizes, also_cpu: bool = True, compile: bool = True, warmup: int = 5,
@@ -140,12 +140,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-cpu", action="store_true", help="on a GPU, do not sweep the CPU as well")
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile'd fused Function")
     parser.add_argument("--output", type=Path, default=None,
-                        help="JSON file to write (default: solutions/06_gpu_timing/reference_<device>.json); "
+                        help="JSON file to write (default: solutions/07_gpu_timing/reference_<device>.json); "
                              "figures go beside it as <name>_time.png and <name>_throughput.png")
     parser.add_argument("--no-figures", action="store_true", help="write the JSON only")
     parser.add_argument("--illustrative", type=Path, nargs="?", const=ASSIGNMENT_DIR / ILLUSTRATIVE_FILE,
                         metavar="PATH", help="instead of measuring, write the made-up (model) two-device "
-                                             f"dataset (default path: solutions/06_gpu_timing/{ILLUSTRATIVE_FILE})")
+                                             f"dataset (default path: solutions/07_gpu_timing/{ILLUSTRATIVE_FILE})")
     return parser
 
 

@@ -3,7 +3,7 @@
 - ``checker``: ``check_function`` compares a custom ``torch.autograd.Function`` with torch's own
   gradients and explains a mistake in course terms (every assignment's tests call it);
 - ``graph``: ``draw_graph`` pictures the backward graph autograd records;
-- ``timing``: assignment 06's timing helpers, workloads and plots.
+- ``timing``: assignment 07's timing helpers, workloads and plots.
 
 Nothing here imports from ``autograder.authoring`` or ``autograder.grading``: a student's
 notebook needs neither the course's sources nor the grader.

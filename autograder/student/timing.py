@@ -1,4 +1,4 @@
-"""Timing autograd code on the CPU and the GPU: the helpers and workloads assignment 06 imports.
+"""Timing autograd code on the CPU and the GPU: the helpers and workloads assignment 07 imports.
 
 The notebook times forward and forward+backward passes of a few elementwise workloads (a plain
 copy, built-in ops, custom Functions of the course, an unfused composition and a fused
@@ -304,7 +304,7 @@ def sweep(device, sizes, variants=VARIANTS, warmup: int = 5, repeats: int = 20,
           time_with: Callable = median_time, log: Callable[[str], None] = lambda line: None) -> list[dict]:
     """Time every variant, pass and size on ``device``; one row per measurement.
 
-    ``time_with(call, device, warmup, repeats)`` gives the seconds of one call (assignment 06
+    ``time_with(call, device, warmup, repeats)`` gives the seconds of one call (assignment 07
     passes the student's own timing helper).
     """
     rows = []

@@ -1,4 +1,4 @@
-"""The timing sweep behind assignment 06 (``python -m autograder.authoring.record_timings``) and its shipped data.
+"""The timing sweep behind assignment 07 (``python -m autograder.authoring.record_timings``) and its shipped data.
 
 CPU tests run the real script on tiny sizes and check what it writes: the provenance the course
 promises (device name, torch and CUDA versions, date), every measurement, the byte counts and
@@ -162,7 +162,7 @@ def test_fused_functions_keep_a_third_of_the_unfused_composition():
 
 
 # --------------------------------------------------------------------------------------------
-# The data shipped with assignment 06
+# The data shipped with assignment 07
 
 
 def test_shipped_illustrative_dataset_is_exactly_the_labelled_model():
