@@ -207,12 +207,14 @@ def _child_main(cells, cwd, limits: Limits, env, connection) -> None:
             limit = min(limits.after_timeout, limits.cell_timeout) if timed_out else limits.cell_timeout
             recorder.begin(hidden=HIDDEN_TESTS_MARKER in source, limit=limit, memory=limits.memory)
             signal.setitimer(signal.ITIMER_REAL, limit)
+            outcome = None
             try:
-                shell.run_cell(source, store_history=True)
+                outcome = shell.run_cell(source, store_history=True)
             except CellTimeout:
                 recorder.timeout()
             finally:
                 signal.setitimer(signal.ITIMER_REAL, 0)
+            _record_unshown_error(recorder, outcome)
             after_cell(shell)  # also an IPython hook, which student code could remove
             outputs, status = recorder.end()
             timed_out = timed_out or status == "timed out"
@@ -228,6 +230,23 @@ def _child_main(cells, cwd, limits: Limits, env, connection) -> None:
             pass
     finally:
         os._exit(0)
+
+
+def _record_unshown_error(recorder, outcome) -> None:
+    """A cell that raised fails, even when showing its traceback failed.
+
+    When formatting a traceback itself fails (a time limit that strikes inside IPython's slow
+    traceback formatting, or a broken formatter), IPython prints a fallback text to stdout and
+    records no error; nbgrader would then score the test cell as passed. IPython's own verdict
+    on the cell (``ExecutionResult.success``) decides instead.
+    """
+    if outcome is None or outcome.success:
+        return
+    if any(output.get("output_type") == "error" for output in recorder.outputs):
+        return
+    error = outcome.error_in_exec or outcome.error_before_exec
+    name = type(error).__name__ if error is not None else "Error"
+    recorder.error(name, str(error) if error is not None else "the cell failed", [])
 
 
 def hidden_test_lines(cells: list[dict]) -> list[str]:
