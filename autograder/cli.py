@@ -9,9 +9,7 @@ import sys
 from pathlib import Path
 
 from autograder.authoring.course import Course, CourseError, release
-from autograder.grading.executor import Limits
-from autograder.grading.selfcheck import check_notebook
-from autograder.authoring.validation import validate
+from autograder.grading.executor import Limits, warm_up
 
 
 def _release(args, course: Course) -> int:
@@ -21,6 +19,8 @@ def _release(args, course: Course) -> int:
 
 
 def _validate(args, course: Course) -> int:
+    from autograder.authoring.validation import validate
+
     verdicts = validate(course, args.assignments)
     for v in verdicts:
         role = "release (must pass nothing)" if v.released else "solution (must pass everything)"
@@ -33,6 +33,8 @@ def _validate(args, course: Course) -> int:
 
 
 def _check(args, course: Course) -> int:
+    from autograder.grading.selfcheck import check_notebook
+
     results = check_notebook(args.notebook, course)
     for r in results:
         print(f"{'PASS' if r.passed else 'FAIL'}  {r.score:g}/{r.max_score:g}  {r.grade_id}: {r.description}")
@@ -231,6 +233,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] in (["check"], ["grade"]) and "--scheduler" not in argv:
+        warm_up()  # the warm process imports torch on another core while this one imports nbgrader
     args = build_parser().parse_args(argv)
     try:
         return args.run(args, Course.from_environment())
