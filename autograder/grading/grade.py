@@ -100,14 +100,12 @@ def grade(course: Course, assignment: str, jobs: int | None = None, limits: Limi
     with _grading_lock(course), warnings.catch_warnings(), nbgrader_speedups():
         # nbgrader's own gradebook code trips SQLAlchemy's autoflush warnings; they are not ours to fix.
         warnings.simplefilter("ignore", category=SAWarning)
-        if not scheduler:
-            warm_up()
         _sync_gradebook(course, assignment)
         grader = _Grader(course, assignment, limits)
         students = grader.submitted_students()
         rows: dict[str, Row] = {}
         bar = _Progress(len(students), progress)
-        tasks = _prepared_tasks(grader, students, force, rows, bar)
+        tasks = _prepared_tasks(grader, students, force, rows, bar, warm=not scheduler)
         for task, execution in _run(tasks, jobs, scheduler):
             row = grader.finish_task(task, execution)
             if row is not None:
@@ -121,11 +119,13 @@ def grade(course: Course, assignment: str, jobs: int | None = None, limits: Limi
         return result
 
 
-def _prepared_tasks(grader: "_Grader", students: list[str], force: bool, rows: dict[str, Row], bar: "_Progress"):
+def _prepared_tasks(grader: "_Grader", students: list[str], force: bool, rows: dict[str, Row], bar: "_Progress",
+                    warm: bool = True):
     """Yield each student's tasks, preparing a student only when a worker is free for it.
 
     Done lazily so that preparing (in this process) overlaps with notebooks executing (in
-    others), instead of every notebook being prepared before the first one runs.
+    others), instead of every notebook being prepared before the first one runs. The warm
+    process is started (``warm``) only once there is something to run.
     """
     for student in students:
         reused = None if force else grader.finished_row(student)
@@ -133,6 +133,8 @@ def _prepared_tasks(grader: "_Grader", students: list[str], force: bool, rows: d
             rows[student] = reused
             bar.advance(1)
             continue
+        if warm:
+            warm_up()  # at once when already running
         row, student_tasks = grader.prepare(student)
         if student_tasks:
             grader.pending[student] = (row, len(student_tasks))
