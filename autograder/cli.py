@@ -131,6 +131,11 @@ def _demo(args, course: Course) -> int:
 def _bench(args, course: Course) -> int:
     from autograder.grading.bench import bench
 
+    if args.profile:
+        from autograder.grading.bench import profile
+
+        profile(args.students)
+        return 0
     result = bench(args.students, args.jobs)
     return 1 if result["differences"] else 0
 
@@ -230,6 +235,8 @@ def build_parser() -> argparse.ArgumentParser:
                                         "notebook and the machine's load. Exits 1 if any score differs.")
     p.add_argument("--students", type=int, default=40, help="submissions to grade (default 40)")
     p.add_argument("--jobs", "-j", type=int, default=None, help="notebooks graded at once (default: CPU cores)")
+    p.add_argument("--profile", action="store_true",
+                   help="instead, show where one notebook's time goes in grade (start, cells, scoring, gradebook)")
     p.set_defaults(run=_bench)
     return parser
 

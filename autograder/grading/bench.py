@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 from nbgrader.api import Gradebook
@@ -112,3 +113,65 @@ def bench(students: int = 40, jobs: int | None = None, out=sys.stdout) -> dict:
         print(f"scores identical for all {students} students", file=out)
     return {"nbgrader_seconds": nbgrader_seconds, "ours_seconds": ours_seconds, "ratio": ratio,
             "again_seconds": again_seconds, "differences": differences}
+
+
+def profile(students: int = 12, out=sys.stdout) -> dict[str, float]:
+    """Where one notebook's time goes in ``grade``: each step's mean, run one notebook at a time.
+
+    Steps: the command's start (Python, imports; the warm process importing torch runs beside
+    it), preparing (gradebook entries, nbgrader's sanitizing), the child's start (fork, shell)
+    and its cells, putting the outputs back and scoring them (nbgrader's preprocessors,
+    ``SaveAutoGrades``), and the gradebook and folders at the end.
+    """
+    from autograder.grading import grade as grading
+    from autograder.grading.executor import execute, warm_up
+
+    steps = {name: 0.0 for name in ("prepare", "child start", "cells", "outputs and scoring", "gradebook at the end")}
+    started = time.monotonic()
+    subprocess.run([sys.executable, "-c", "from autograder.grading.speed import skip_iri_format_checks; "
+                    "skip_iri_format_checks(); import autograder.cli, autograder.grading.grade"], check=True)
+    start_seconds = time.monotonic() - started
+    with tempfile.TemporaryDirectory(prefix="bench-profile-") as root, grading.nbgrader_speedups(), \
+            warnings.catch_warnings():
+        warnings.simplefilter("ignore", category=grading.SAWarning)  # nbgrader's own, as in grade()
+        course, ids = _course_with_submissions(Path(root), students)
+        warm_up()
+        execute([], root)  # wait for the warm process
+        started = time.monotonic()
+        grading._sync_gradebook(course, ASSIGNMENT)
+        sync_seconds = time.monotonic() - started
+        grader = grading._Grader(course, ASSIGNMENT, grading.Limits())
+        real_finish_student = grader.finish_student
+
+        def finish_student(student, row):
+            began = time.monotonic()
+            try:
+                return real_finish_student(student, row)
+            finally:
+                steps["gradebook at the end"] += time.monotonic() - began
+
+        grader.finish_student = finish_student
+        for student in ids:
+            began = time.monotonic()
+            row, [task] = grader.prepare(student)
+            grader.pending[student] = (row, 1)
+            steps["prepare"] += time.monotonic() - began
+            began = time.monotonic()
+            execute([], task.cwd, task.limits, task.env)
+            steps["child start"] += time.monotonic() - began
+            began = time.monotonic()
+            execution = execute(task.cells, task.cwd, task.limits, task.env)
+            steps["cells"] += time.monotonic() - began
+            began = time.monotonic()
+            grader.finish_task(task, execution)
+            steps["outputs and scoring"] += time.monotonic() - began
+        steps["outputs and scoring"] -= steps["gradebook at the end"]
+        steps["cells"] -= steps["child start"]  # the second run paid the start again
+    means = {name: seconds / students for name, seconds in steps.items()}
+    print(f"[{_load()}] {students} notebooks of {ASSIGNMENT}, one at a time; mean per notebook:", file=out)
+    print(f"  once per run: command start (Python and imports) {start_seconds:.2f} s, "
+          f"gradebook sync (new gradebook) {sync_seconds:.2f} s", file=out)
+    for name, seconds in means.items():
+        print(f"  {name:<22} {seconds:6.3f} s", file=out)
+    print(f"  {'total':<22} {sum(means.values()):6.3f} s", file=out)
+    return {"start": start_seconds, "sync": sync_seconds, **means}
