@@ -70,7 +70,7 @@ report: install  ## Score histogram and per-exercise pass rates for A in grading
 demo: install  ## Instructor quick start: roster, collect, grade, feedback and report the demo class
 	$(BIN)/python -m autograder demo
 
-bench-grade: install  ## Grade N (40) submissions with this grader and with sequential nbgrader; compare
+bench-grade: install  ## Time `grade` and sequential `nbgrader autograde` (whole commands) on N (40) submissions
 	$(BIN)/python -m autograder bench --students $(N)
 
 benchmark: install  ## Time CPU vs GPU; write assignment 07's reference data and figures

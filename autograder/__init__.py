@@ -7,8 +7,23 @@ graph autograd records.
 The package has three wings, by who uses them: ``autograder.student`` (what notebooks import),
 ``autograder.authoring`` (the course's folders, release, validation, the book) and
 ``autograder.grading`` (the instructor's pipeline). ``python -m autograder`` is the command line.
+
+``check_function`` and ``draw_graph`` are loaded on first use (they import torch), so the
+command line and the grading process, which never call them, start without torch.
 """
 
-from autograder.student import check_function, draw_graph
-
 __all__ = ["check_function", "draw_graph"]
+
+
+def __getattr__(name: str):
+    if name in __all__:
+        import autograder.student
+
+        value = getattr(autograder.student, name)
+        globals()[name] = value  # from now on an ordinary attribute (the tamper guard records it)
+        return value
+    raise AttributeError(f"module 'autograder' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(list(globals()) + __all__)

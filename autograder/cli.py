@@ -9,9 +9,8 @@ import sys
 from pathlib import Path
 
 from autograder.authoring.course import Course, CourseError, release
-from autograder.grading.executor import Limits
-from autograder.grading.selfcheck import check_notebook
-from autograder.authoring.validation import validate
+from autograder.grading.executor import Limits, warm_up
+from autograder.grading.speed import skip_iri_format_checks
 
 
 def _release(args, course: Course) -> int:
@@ -21,6 +20,8 @@ def _release(args, course: Course) -> int:
 
 
 def _validate(args, course: Course) -> int:
+    from autograder.authoring.validation import validate
+
     verdicts = validate(course, args.assignments)
     for v in verdicts:
         role = "release (must pass nothing)" if v.released else "solution (must pass everything)"
@@ -33,6 +34,8 @@ def _validate(args, course: Course) -> int:
 
 
 def _check(args, course: Course) -> int:
+    from autograder.grading.selfcheck import check_notebook
+
     results = check_notebook(args.notebook, course)
     for r in results:
         print(f"{'PASS' if r.passed else 'FAIL'}  {r.score:g}/{r.max_score:g}  {r.grade_id}: {r.description}")
@@ -128,6 +131,11 @@ def _demo(args, course: Course) -> int:
 def _bench(args, course: Course) -> int:
     from autograder.grading.bench import bench
 
+    if args.profile:
+        from autograder.grading.bench import profile
+
+        profile(args.students)
+        return 0
     result = bench(args.students, args.jobs)
     return 1 if result["differences"] else 0
 
@@ -222,15 +230,36 @@ def build_parser() -> argparse.ArgumentParser:
     p = commands.add_parser("bench", help="time this grader against sequential nbgrader autograde",
                             description="Grade N generated submissions of assignment 01 twice, with "
                                         "`python -m autograder grade` and with plain sequential `nbgrader "
-                                        "autograde`, in throwaway course copies; print both times and the "
-                                        "ratio. Exits 1 if any score differs.")
+                                        "autograde`, in throwaway course copies, each timed as the whole "
+                                        "command-line process; print both times, the ratio, seconds per "
+                                        "notebook and the machine's load. Exits 1 if any score differs.")
     p.add_argument("--students", type=int, default=40, help="submissions to grade (default 40)")
     p.add_argument("--jobs", "-j", type=int, default=None, help="notebooks graded at once (default: CPU cores)")
+    p.add_argument("--profile", action="store_true",
+                   help="instead, show where one notebook's time goes in grade (start, cells, scoring, gradebook)")
     p.set_defaults(run=_bench)
     return parser
 
 
+def _will_run_notebooks(argv: list[str], course: Course) -> bool:
+    """Whether this command will run notebooks (a guess from the command line and the folders,
+    made before anything heavy is imported): then the warm process is started first."""
+    if argv[:1] == ["check"]:
+        return True
+    if argv[:1] != ["grade"] or "--scheduler" in argv:
+        return False
+    submitted = course.grading / "submitted"
+    return "--force" in argv or any(
+        not (course.grading / "autograded" / folder.relative_to(submitted) / ".autograder.json").exists()  # grade.MARKER
+        for folder in submitted.glob("*/*") if folder.is_dir())
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] in (["check"], ["grade"]):
+        skip_iri_format_checks()  # before anything imports jsonschema
+    if _will_run_notebooks(argv, Course.from_environment()):
+        warm_up()  # the warm process imports torch on another core while this one imports nbgrader
     args = build_parser().parse_args(argv)
     try:
         return args.run(args, Course.from_environment())

@@ -1,30 +1,38 @@
-"""``make bench-grade``: this course's grader against plain sequential ``nbgrader autograde``.
+"""``make bench-grade``: this course's grader against plain sequential ``nbgrader autograde``, as users run them.
 
 Both grade the same N generated submissions of assignment 01 (copies of the demo class: right,
 partly right, typical bugs, a syntax error) in two throwaway copies of the course, in the same
-run. Setting up the gradebook is left out of both times. The scores must be identical.
+run, each timed as the whole command-line process an instructor types:
+
+- ``nbgrader autograde 01_first_function``, on a gradebook that already holds the assignment
+  (``nbgrader generate_assignment`` ran before, untimed, as it does at release time);
+- ``python -m autograder grade 01_first_function`` on a course with no gradebook yet, so its time
+  includes Python's start, imports, the warm process, making the gradebook and recording the
+  assignment in it.
+
+It prints both times, the ratio, seconds per notebook, the machine's load (other work on the
+machine slows both), and whether every score is identical; then the time of a second ``grade``
+with nothing changed.
 
     python -m autograder bench --students 40
-
-(A ``python -m autograder`` subcommand, not ``python -m autograder.grading.bench``: the worker processes
-import a ``-m`` main module again unless it is a package's ``__main__``, and that would cost
-every notebook the import of nbgrader.)
 """
 
 from __future__ import annotations
 
-import argparse
+import os
+import platform
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 from nbgrader.api import Gradebook
 
 from autograder.authoring.course import Course
 from autograder.grading.demo.make_demo import ASSIGNMENT, demo_notebooks
-from autograder.grading.grade import _sync_gradebook, grade
 
 
 def _course_with_submissions(root: Path, students: int) -> tuple[Course, list[str]]:
@@ -55,35 +63,115 @@ def _scores(course: Course, students: list[str]) -> dict[str, float | None]:
         return found
 
 
+def _timed(course: Course, command: list[str]) -> float:
+    """Seconds the command line ``command`` takes on ``course``, from start to exit."""
+    started = time.monotonic()
+    result = subprocess.run(command, cwd=course.root, env=course.environment(), capture_output=True, text=True)
+    seconds = time.monotonic() - started
+    if result.returncode not in (0, 1):  # nbgrader autograde exits 1 when a notebook cannot be read
+        tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-10:])
+        raise RuntimeError(f"{' '.join(command)} failed (exit {result.returncode}):\n{tail}")
+    return seconds
+
+
+def _load() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"load average {one:.2f}, {five:.2f}, {fifteen:.2f} on {os.cpu_count()} cores"
+
+
 def bench(students: int = 40, jobs: int | None = None, out=sys.stdout) -> dict:
-    """Time both graders on the same submissions; return the times, the ratio and any score differences."""
+    """Time both command lines on the same submissions; return the times, the ratio and any score differences."""
     with tempfile.TemporaryDirectory(prefix="bench-ours-") as ours_dir, \
             tempfile.TemporaryDirectory(prefix="bench-nbgrader-") as theirs_dir:
         ours, ids = _course_with_submissions(Path(ours_dir), students)
         theirs, _ = _course_with_submissions(Path(theirs_dir), students)
-        _sync_gradebook(ours, ASSIGNMENT)
         theirs.nbgrader("generate_assignment", ASSIGNMENT, "--force", "--log-level=ERROR")
+        print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
+              f"{students} submissions of {ASSIGNMENT}", file=out)
 
-        print(f"grading {students} submissions of {ASSIGNMENT} with plain `nbgrader autograde` (sequential) ...",
-              file=out, flush=True)
-        started = time.monotonic()
-        theirs.nbgrader("autograde", ASSIGNMENT, "--log-level=ERROR", check=False)
-        nbgrader_seconds = time.monotonic() - started
-
-        print(f"grading the same {students} with `python -m autograder grade` ...", file=out, flush=True)
-        started = time.monotonic()
-        grade(ours, ASSIGNMENT, jobs=jobs, progress=open("/dev/null", "w"))
-        ours_seconds = time.monotonic() - started
+        print(f"[{_load()}]\n  nbgrader autograde {ASSIGNMENT}  (sequential) ...", file=out, flush=True)
+        nbgrader_seconds = _timed(theirs, [sys.executable, "-m", "nbgrader", "autograde", ASSIGNMENT,
+                                           "--log-level=ERROR"])
+        ours_command = [sys.executable, "-m", "autograder", "grade", ASSIGNMENT] + (["--jobs", str(jobs)] if jobs else [])
+        print(f"[{_load()}]\n  python -m autograder grade {ASSIGNMENT}  (no gradebook yet) ...", file=out, flush=True)
+        ours_seconds = _timed(ours, ours_command)
+        print(f"[{_load()}]\n  python -m autograder grade {ASSIGNMENT}  again, nothing changed ...", file=out, flush=True)
+        again_seconds = _timed(ours, ours_command)
+        print(f"[{_load()}]", file=out)
 
         ours_scores, theirs_scores = _scores(ours, ids), _scores(theirs, ids)
         differences = {s: (ours_scores[s], theirs_scores[s]) for s in ids if ours_scores[s] != theirs_scores[s]}
     ratio = nbgrader_seconds / ours_seconds
-    print(f"nbgrader autograde: {nbgrader_seconds:7.1f} s  ({nbgrader_seconds / students:.2f} s per notebook)", file=out)
-    print(f"autograder grade:   {ours_seconds:7.1f} s  ({ours_seconds / students:.2f} s per notebook)", file=out)
-    print(f"speed-up:           {ratio:7.1f}x", file=out)
+    print(f"nbgrader autograde:      {nbgrader_seconds:7.1f} s  ({nbgrader_seconds / students:.2f} s per notebook)", file=out)
+    print(f"autograder grade:        {ours_seconds:7.1f} s  ({ours_seconds / students:.2f} s per notebook, "
+          f"whole process, gradebook made and synced)", file=out)
+    print(f"speed-up:                {ratio:7.1f}x", file=out)
+    print(f"grade again, unchanged:  {again_seconds:7.1f} s", file=out)
     if differences:
         print(f"SCORES DIFFER for {len(differences)} students (ours, nbgrader): {differences}", file=out)
     else:
         print(f"scores identical for all {students} students", file=out)
     return {"nbgrader_seconds": nbgrader_seconds, "ours_seconds": ours_seconds, "ratio": ratio,
-            "differences": differences}
+            "again_seconds": again_seconds, "differences": differences}
+
+
+def profile(students: int = 12, out=sys.stdout) -> dict[str, float]:
+    """Where one notebook's time goes in ``grade``: each step's mean, run one notebook at a time.
+
+    Steps: the command's start (Python, imports; the warm process importing torch runs beside
+    it), preparing (gradebook entries, nbgrader's sanitizing), the child's start (fork, shell)
+    and its cells, putting the outputs back and scoring them (nbgrader's preprocessors,
+    ``SaveAutoGrades``), and the gradebook and folders at the end.
+    """
+    from autograder.grading import grade as grading
+    from autograder.grading.executor import execute, warm_up
+
+    steps = {name: 0.0 for name in ("prepare", "child start", "cells", "outputs and scoring", "gradebook at the end")}
+    started = time.monotonic()
+    subprocess.run([sys.executable, "-c", "from autograder.grading.speed import skip_iri_format_checks; "
+                    "skip_iri_format_checks(); import autograder.cli, autograder.grading.grade"], check=True)
+    start_seconds = time.monotonic() - started
+    with tempfile.TemporaryDirectory(prefix="bench-profile-") as root, grading.nbgrader_speedups(), \
+            warnings.catch_warnings():
+        warnings.simplefilter("ignore", category=grading.SAWarning)  # nbgrader's own, as in grade()
+        course, ids = _course_with_submissions(Path(root), students)
+        warm_up()
+        execute([], root)  # wait for the warm process
+        started = time.monotonic()
+        grading._sync_gradebook(course, ASSIGNMENT)
+        sync_seconds = time.monotonic() - started
+        grader = grading._Grader(course, ASSIGNMENT, grading.Limits())
+        real_finish_student = grader.finish_student
+
+        def finish_student(student, row):
+            began = time.monotonic()
+            try:
+                return real_finish_student(student, row)
+            finally:
+                steps["gradebook at the end"] += time.monotonic() - began
+
+        grader.finish_student = finish_student
+        for student in ids:
+            began = time.monotonic()
+            row, [task] = grader.prepare(student)
+            grader.pending[student] = (row, 1)
+            steps["prepare"] += time.monotonic() - began
+            began = time.monotonic()
+            execute([], task.cwd, task.limits, task.env)
+            steps["child start"] += time.monotonic() - began
+            began = time.monotonic()
+            execution = execute(task.cells, task.cwd, task.limits, task.env)
+            steps["cells"] += time.monotonic() - began
+            began = time.monotonic()
+            grader.finish_task(task, execution)
+            steps["outputs and scoring"] += time.monotonic() - began
+        steps["outputs and scoring"] -= steps["gradebook at the end"]
+        steps["cells"] -= steps["child start"]  # the second run paid the start again
+    means = {name: seconds / students for name, seconds in steps.items()}
+    print(f"[{_load()}] {students} notebooks of {ASSIGNMENT}, one at a time; mean per notebook:", file=out)
+    print(f"  once per run: command start (Python and imports) {start_seconds:.2f} s, "
+          f"gradebook sync (new gradebook) {sync_seconds:.2f} s", file=out)
+    for name, seconds in means.items():
+        print(f"  {name:<22} {seconds:6.3f} s", file=out)
+    print(f"  {'total':<22} {sum(means.values()):6.3f} s", file=out)
+    return {"start": start_seconds, "sync": sync_seconds, **means}

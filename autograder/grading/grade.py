@@ -45,6 +45,7 @@ from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, Clea
 from autograder.authoring.course import Course, CourseError
 from autograder.grading.executor import Execution, Limits, execute, warm_up
 from autograder.grading.restore import RestoreTests
+from autograder.grading.speed import nbgrader_speedups, sync_assignment
 
 GRADES_CSV = "grades.csv"
 MARKER = ".autograder.json"
@@ -96,29 +97,15 @@ def grade(course: Course, assignment: str, jobs: int | None = None, limits: Limi
     course.check_assignment(assignment)
     jobs = jobs or os.cpu_count() or 1
     limits = limits or Limits(threads=max(1, (os.cpu_count() or 1) // jobs))
-    with _grading_lock(course), warnings.catch_warnings():
+    with _grading_lock(course), warnings.catch_warnings(), nbgrader_speedups():
         # nbgrader's own gradebook code trips SQLAlchemy's autoflush warnings; they are not ours to fix.
         warnings.simplefilter("ignore", category=SAWarning)
-        if not scheduler:
-            warm_up()
         _sync_gradebook(course, assignment)
         grader = _Grader(course, assignment, limits)
         students = grader.submitted_students()
         rows: dict[str, Row] = {}
-        tasks: list[Task] = []
-        for student in students:
-            reused = None if force else grader.finished_row(student)
-            if reused:
-                rows[student] = reused
-                continue
-            row, student_tasks = grader.prepare(student)
-            if student_tasks:
-                tasks += student_tasks
-                grader.pending[student] = (row, len(student_tasks))
-            else:
-                rows[student] = grader.finish_student(student, row)
         bar = _Progress(len(students), progress)
-        bar.advance(len(rows))
+        tasks = _prepared_tasks(grader, students, force, rows, bar, warm=not scheduler)
         for task, execution in _run(tasks, jobs, scheduler):
             row = grader.finish_task(task, execution)
             if row is not None:
@@ -132,11 +119,41 @@ def grade(course: Course, assignment: str, jobs: int | None = None, limits: Limi
         return result
 
 
-def _run(tasks: list[Task], jobs: int, scheduler: str | None):
-    """Yield (task, execution) as they finish, ``jobs`` at a time here or on a Dask cluster."""
-    if not tasks:
-        return
+def _prepared_tasks(grader: "_Grader", students: list[str], force: bool, rows: dict[str, Row], bar: "_Progress",
+                    warm: bool = True):
+    """Yield each student's tasks, preparing a student only when a worker is free for it.
+
+    Done lazily so that preparing (in this process) overlaps with notebooks executing (in
+    others), instead of every notebook being prepared before the first one runs. The warm
+    process is started (``warm``) only once there is something to run.
+    """
+    for student in students:
+        reused = None if force else grader.finished_row(student)
+        if reused:
+            rows[student] = reused
+            bar.advance(1)
+            continue
+        if warm:
+            warm_up()  # at once when already running
+        row, student_tasks = grader.prepare(student)
+        if student_tasks:
+            grader.pending[student] = (row, len(student_tasks))
+            yield from student_tasks
+        else:
+            rows[student] = grader.finish_student(student, row)
+            bar.advance(1, student)
+
+
+def _run(tasks, jobs: int, scheduler: str | None):
+    """Yield (task, execution) as they finish, ``jobs`` at a time here or on a Dask cluster.
+
+    ``tasks`` is an iterator that prepares each task when it is asked for: a free worker gets
+    its next notebook before the finished ones are handed back to be scored.
+    """
     if scheduler:
+        tasks = list(tasks)
+        if not tasks:
+            return
         from distributed import Client, as_completed
 
         with Client(scheduler) as client:
@@ -144,16 +161,17 @@ def _run(tasks: list[Task], jobs: int, scheduler: str | None):
             for future in as_completed(futures):
                 yield futures[future], future.result()
         return
+    tasks = iter(tasks)
     with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="grade") as pool:
-        queue = list(reversed(tasks))
-        running = {}
-        while queue or running:
-            while queue and len(running) < jobs:
-                task = queue.pop()
+        running, finished = {}, []
+        while True:
+            while len(running) < jobs and (task := next(tasks, None)) is not None:
                 running[pool.submit(run_task, task)] = task
+            yield from finished  # scored while the refilled workers run
+            if not running:
+                return
             done, _ = wait(running, return_when=FIRST_COMPLETED)
-            for future in done:
-                yield running.pop(future), future.result()
+            finished = [(running.pop(future), future.result()) for future in done]
 
 
 class _Grader:
@@ -412,9 +430,7 @@ def _sync_gradebook(course: Course, assignment: str) -> None:
     stamp = course.grading / f".synced-{assignment}"
     if stamp.exists() and stamp.read_text() == digest.hexdigest() and _in_gradebook(course, assignment):
         return
-    with tempfile.TemporaryDirectory(prefix="autograder-release-") as scratch:
-        course.nbgrader("generate_assignment", assignment, "--force", "--log-level=ERROR",
-                        f"--CourseDirectory.release_directory={scratch}")
+    sync_assignment(course, assignment)
     stamp.write_text(digest.hexdigest())
 
 

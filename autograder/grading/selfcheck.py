@@ -1,8 +1,8 @@
 """Grade one notebook locally against the full tests, hidden ones included.
 
 For students before they hand in, and for self-study readers: the notebook is autograded by
-this course's grader (nbgrader's own steps, see ``autograder.grading.grade``) in a throwaway copy of
-the course, and the result of every graded test is
+this course's grader (nbgrader's own steps, see ``autograder.grading.grade``) in a private copy of
+the assignment's solutions (``grading/.check/``, kept between checks), and the result of every graded test is
 reported with the message that explains a failure (never the hidden tests' source).
 """
 
@@ -11,11 +11,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-
-from nbgrader.api import Gradebook
 
 from autograder.authoring.course import Course, CourseError
 from autograder.grading.grade import grade
@@ -42,23 +39,37 @@ def check_notebook(notebook: Path, course: Course = Course()) -> list[TestResult
     if not notebook.is_file():
         raise CourseError(f"no notebook at {notebook}")
     assignment = _assignment_of(notebook, course)
-    with tempfile.TemporaryDirectory(prefix="autograder-check-") as tmp:
-        scratch = Course(Path(tmp))
-        shutil.copytree(course.solutions / assignment, scratch.solutions / assignment)
-        submitted = scratch.grading / "submitted" / STUDENT / assignment
-        submitted.mkdir(parents=True)
-        shutil.copy(notebook, submitted / f"{assignment}.ipynb")
-        [row] = grade(scratch, assignment, jobs=1, progress=open(os.devnull, "w"))
-        if row.status == "invalid notebook":
-            raise CourseError(f"{notebook} could not be graded: {row.detail}")
-        graded = scratch.grading / "autograded" / STUDENT / assignment / f"{assignment}.ipynb"
-        messages = _failure_messages(graded)
-        with Gradebook(f"sqlite:///{scratch.grading / 'gradebook.db'}") as gb:
-            grades = {g.name: g for g in gb.find_submission_notebook(assignment, assignment, STUDENT).grades}
-            order = list(messages) + sorted(set(grades) - set(messages))  # deleted cells come last
-            return [TestResult(name, messages.get(name, ("", ""))[0], grades[name].score,
-                               grades[name].max_score, messages.get(name, ("", ""))[1])
-                    for name in order if name in grades]
+    scratch = _scratch_course(course, assignment)
+    submitted = scratch.grading / "submitted" / STUDENT / assignment
+    shutil.rmtree(submitted, ignore_errors=True)
+    submitted.mkdir(parents=True)
+    shutil.copy(notebook, submitted / f"{assignment}.ipynb")
+    [row] = grade(scratch, assignment, jobs=1, force=True, progress=open(os.devnull, "w"))
+    if row.status == "invalid notebook":
+        raise CourseError(f"{notebook} could not be graded: {row.detail}")
+    graded = scratch.grading / "autograded" / STUDENT / assignment / f"{assignment}.ipynb"
+    messages = _failure_messages(graded)
+    with scratch.gradebook() as gb:
+        grades = {g.name: g for g in gb.find_submission_notebook(assignment, assignment, STUDENT).grades}
+        order = list(messages) + sorted(set(grades) - set(messages))  # deleted cells come last
+        return [TestResult(name, messages.get(name, ("", ""))[0], grades[name].score,
+                           grades[name].max_score, messages.get(name, ("", ""))[1])
+                for name in order if name in grades]
+
+
+def _scratch_course(course: Course, assignment: str) -> Course:
+    """A private copy of the course in ``grading/.check/`` holding only ``assignment``'s solutions.
+
+    It is kept between checks, so its gradebook is made once: grading syncs it again only when
+    the solutions have changed (``autograder.grading.grade._sync_gradebook``), and a check
+    needs no nbgrader process. Only the one student ``me`` is ever graded in it.
+    """
+    scratch = Course(course.grading / ".check")
+    target = scratch.solutions / assignment
+    shutil.rmtree(target, ignore_errors=True)
+    shutil.copytree(course.solutions / assignment, target,
+                    ignore=shutil.ignore_patterns(".*", "__pycache__"))
+    return scratch
 
 
 def _assignment_of(notebook: Path, course: Course) -> str:

@@ -26,7 +26,7 @@ from IPython.core.displaypub import DisplayPublisher
 from IPython.core.interactiveshell import InteractiveShell
 from traitlets.config import Config
 
-import autograder  # noqa: F401  (the checker, as the notebooks import it)
+from autograder import check_function, draw_graph  # noqa: F401  (the checker, as the notebooks import it)
 import autograder.grading.kernel
 
 matplotlib.use("Agg")  # replaced by the inline backend in each shell
