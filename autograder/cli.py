@@ -94,6 +94,17 @@ def _grade(args, course: Course) -> int:
     for r in rows:
         counts[r.status] = counts.get(r.status, 0) + 1
     print(", ".join(f"{n} {status}" for status, n in counts.items()) + f"; wrote {course.grading / GRADES_CSV}")
+    reasons: dict[str, list[str]] = {}
+    for r in rows:
+        if r.regraded:
+            reasons.setdefault(r.regraded, []).append(r.student_id)
+    for reason, students in reasons.items():
+        print(f"regraded {len(students)} submission{'s' * (len(students) != 1)} because {reason}: "
+              f"{', '.join(students)}")
+    reused = sum(r.reused for r in rows)
+    if reused:
+        print(f"{reused} already graded and unchanged (tests, grader and submission): not graded again "
+              "(--force grades them again)")
     return 0
 
 

@@ -12,8 +12,9 @@ The steps are nbgrader's own ``autograde``, rearranged so that the slow one runs
 
 Only this process writes to the gradebook, so parallel grading never meets a lock error; a
 lock file keeps two grading runs from interleaving. A submission whose marker matches its
-files is not graded again, so an interrupted run resumes where it stopped and a second run
-changes nothing. ``grades.csv`` gets one row per student with a status saying what happened.
+files and what grades them (the assignment's source and tests, the grader's version:
+``autograder.grading.fingerprint``) is not graded again, so an interrupted run resumes where it
+stopped, a second run changes nothing, and a fixed test regrades that assignment's submissions. ``grades.csv`` gets one row per student with a status saying what happened.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, Clea
 
 from autograder.authoring.course import Course, CourseError
 from autograder.grading.executor import Execution, Limits, execute, warm_up
+from autograder.grading.fingerprint import graded_with, submission_digest, why_regrade
 from autograder.grading.restore import RestoreTests
 
 GRADES_CSV = "grades.csv"
@@ -66,6 +68,7 @@ class Row:
     status: str = "graded"
     detail: str = ""
     reused: bool = field(default=False, compare=False)
+    regraded: str = field(default="", compare=False)  # why an earlier grade was replaced, if one was
 
 
 @dataclass
@@ -112,6 +115,7 @@ def grade(course: Course, assignment: str, jobs: int | None = None, limits: Limi
                 rows[student] = reused
                 continue
             row, student_tasks = grader.prepare(student)
+            row.regraded = "" if force else grader.regrade_reasons.get(student, "")
             if student_tasks:
                 tasks += student_tasks
                 grader.pending[student] = (row, len(student_tasks))
@@ -168,6 +172,8 @@ class _Grader:
         self.autograded = course.grading / "autograded"
         self.staging = course.grading / ".staging"
         self.pending: dict[str, tuple[Row, int]] = {}
+        self.graded_with = graded_with(course.solutions / assignment)
+        self.regrade_reasons: dict[str, str] = {}  # student -> why their earlier grade no longer holds
         self.results: dict[str, list[Execution]] = {}
         # The sanitized notebooks, kept here: student code runs in the staging folder and may overwrite them.
         self.sanitized: dict[tuple[str, str], object] = {}
@@ -191,22 +197,21 @@ class _Grader:
     # -- resume
 
     def _fingerprint(self, student: str) -> str:
-        digest = hashlib.sha256()
-        folder = self.submitted / student / self.assignment
-        for path in sorted(folder.rglob("*")):
-            if path.is_file():
-                digest.update(str(path.relative_to(folder)).encode() + b"\0")
-                digest.update(hashlib.sha256(path.read_bytes()).digest())
-        return digest.hexdigest()
+        return submission_digest(self.submitted / student / self.assignment)
 
     def finished_row(self, student: str) -> Row | None:
-        """The row of an earlier run, if this exact submission was already graded."""
+        """The row of an earlier run, if this exact submission was already graded by these tests and grader."""
         marker = self.autograded / student / self.assignment / MARKER
         try:
             saved = json.loads(marker.read_text())
         except (OSError, ValueError):
             return None
         if saved.get("fingerprint") != self._fingerprint(student):
+            self.regrade_reasons[student] = "the submission changed"
+            return None
+        reason = why_regrade(saved, self.graded_with)
+        if reason:
+            self.regrade_reasons[student] = reason
             return None
         score = self._score(student)
         if score is None:
@@ -328,7 +333,8 @@ class _Grader:
         """Move the graded folder into place, marked with what was graded; read the score."""
         staging = self.staging / student / self.assignment
         (staging / MARKER).write_text(json.dumps({
-            "fingerprint": self._fingerprint(student), "status": row.status, "detail": row.detail}))
+            "fingerprint": self._fingerprint(student), "graded_with": self.graded_with,
+            "status": row.status, "detail": row.detail}))
         final = self.autograded / student / self.assignment
         final.parent.mkdir(parents=True, exist_ok=True)
         old = final.with_name(f".{self.assignment}.old")
