@@ -89,7 +89,8 @@ def _grade(args, course: Course) -> int:
     print(f"{'student':<{width}}  {'score':>11}  status")
     for r in rows:
         note = f" ({r.detail})" if r.detail else ""
-        print(f"{r.student_id:<{width}}  {r.score:>5g} / {r.max_score:<3g}  {r.status}{note}")
+        late = f"; late {r.late}" + (f", -{r.penalty:g} points" if r.penalty else "") if r.late else ""
+        print(f"{r.student_id:<{width}}  {r.score:>5g} / {r.max_score:<3g}  {r.status}{note}{late}")
     counts = {}
     for r in rows:
         counts[r.status] = counts.get(r.status, 0) + 1
@@ -105,6 +106,41 @@ def _grade(args, course: Course) -> int:
     if reused:
         print(f"{reused} already graded and unchanged (tests, grader and submission): not graded again "
               "(--force grades them again)")
+    return 0
+
+
+def _deadline(args, course: Course) -> int:
+    from autograder.grading import deadlines
+
+    course.check_assignment(args.assignment)
+    policy = deadlines.load(course, args.assignment)
+    changed = False
+    if args.clear:
+        policy, changed = deadlines.Policy(), True
+    if args.due:
+        policy.due, changed = deadlines.parse_due(args.due), True
+    for text in args.extend or []:
+        student, hours = deadlines.parse_extension(text)
+        if hours:
+            policy.extensions[student] = hours
+        else:
+            policy.extensions.pop(student, None)
+        changed = True
+    for name in ("percent", "per", "max_percent", "grace_minutes"):
+        value = getattr(args, name)
+        if value is not None:
+            setattr(policy, name, value)
+            changed = True
+    if args.zero is not None:
+        policy.zero, changed = args.zero, True
+    if (policy.extensions or policy.percent or policy.zero) and not policy.due:
+        raise CourseError(f"{args.assignment} has no due date: give one with --due '2026-03-15 23:59'")
+    if changed:
+        deadlines.save(course, args.assignment, policy)
+    print(f"{args.assignment}: {policy.describe()}")
+    if changed:
+        print(f"saved in {course.grading / deadlines.FILE}; `python -m autograder grade {args.assignment}` "
+              "applies it (only the students it changes are graded again)")
     return 0
 
 
@@ -233,6 +269,31 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run the notebooks on a Dask cluster (e.g. tcp://10.0.0.5:8786) instead of here")
     p.add_argument("--force", action="store_true", help="grade again even what is already graded")
     p.set_defaults(run=_grade)
+
+    p = commands.add_parser("deadline", help="set an assignment's due date, extensions and late penalty",
+                            description="Set (or, with no option, show) an assignment's due date, per-student "
+                                        "extensions and late penalty, kept in grading/deadlines.json and put "
+                                        "into nbgrader's gradebook (duedate, extensions) when grading. A "
+                                        "submission is late when its time (timestamp.txt, written by collect "
+                                        "from the LMS download) is after the due date plus its extension; "
+                                        "grades.csv, the feedback page and the report say how late and the "
+                                        "penalty. Changing any of it regrades the students it affects.")
+    p.add_argument("assignment", metavar="ASSIGNMENT")
+    p.add_argument("--due", metavar="WHEN", help="due date, e.g. '2026-03-15 23:59' (local time) or with a zone "
+                                                 "'2026-03-15T23:59:00+01:00'")
+    p.add_argument("--extend", action="append", metavar="STUDENT=DURATION",
+                   help="an extension, e.g. ben=2d, ada=36h, eli=90m; =0 removes it (repeat for more students)")
+    p.add_argument("--penalty", dest="percent", type=float, metavar="PERCENT",
+                   help="percent of the score taken per hour or day started late (default 0: marked only)")
+    p.add_argument("--per", choices=["hour", "day"], default=None, help="the penalty's period (default hour)")
+    p.add_argument("--max", dest="max_percent", type=float, metavar="PERCENT",
+                   help="the penalty never takes more than this percent of the score (default 100)")
+    p.add_argument("--grace", dest="grace_minutes", type=float, metavar="MINUTES",
+                   help="lateness forgiven before the penalty starts (default 0)")
+    p.add_argument("--zero", action=argparse.BooleanOptionalAction, default=None,
+                   help="late work scores 0 (nbgrader's 'zero' penalty); --no-zero turns it off")
+    p.add_argument("--clear", action="store_true", help="remove the due date, extensions and penalty first")
+    p.set_defaults(run=_deadline)
 
     p = commands.add_parser("feedback", help="write per-student HTML feedback",
                             description="Write grading/feedback/<student>/<assignment>/<notebook>.html for "

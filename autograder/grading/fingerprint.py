@@ -67,4 +67,6 @@ def why_regrade(saved: dict, current: dict[str, str]) -> str:
         return "the assignment's tests changed"
     if before.get("grader") != current["grader"]:
         return "the grader changed"
+    if before.get("deadline") != current.get("deadline"):
+        return "the due date, an extension or the late penalty changed"
     return ""

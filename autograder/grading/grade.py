@@ -44,6 +44,7 @@ from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, Clea
                                     SaveAutoGrades)
 
 from autograder.authoring.course import Course, CourseError
+from autograder.grading import deadlines
 from autograder.grading.executor import Execution, Limits, execute, warm_up
 from autograder.grading.fingerprint import graded_with, submission_digest, why_regrade
 from autograder.grading.restore import RestoreTests
@@ -69,6 +70,8 @@ class Row:
     detail: str = ""
     reused: bool = field(default=False, compare=False)
     regraded: str = field(default="", compare=False)  # why an earlier grade was replaced, if one was
+    late: str = ""         # how late after the due date (and extension), e.g. "1 day 2 h"; "" when on time
+    penalty: float = 0.0   # points taken for lateness (score is after the penalty)
 
 
 @dataclass
@@ -173,11 +176,14 @@ class _Grader:
         self.staging = course.grading / ".staging"
         self.pending: dict[str, tuple[Row, int]] = {}
         self.graded_with = graded_with(course.solutions / assignment)
+        self.deadline = deadlines.load(course, assignment)
+        self.config.merge(deadlines.nbgrader_config(self.deadline))
         self.regrade_reasons: dict[str, str] = {}  # student -> why their earlier grade no longer holds
         self.results: dict[str, list[Execution]] = {}
         # The sanitized notebooks, kept here: student code runs in the staging folder and may overwrite them.
         self.sanitized: dict[tuple[str, str], object] = {}
         with Gradebook(self.db_url, self.coursedir.course_id) as gb:
+            deadlines.record_due_date(gb, assignment, self.deadline)
             notebooks = gb.find_assignment(assignment).notebooks
             self.notebook_ids = [nb.name for nb in notebooks]
             self.max_score = float(sum(nb.max_score for nb in notebooks))
@@ -209,22 +215,28 @@ class _Grader:
         if saved.get("fingerprint") != self._fingerprint(student):
             self.regrade_reasons[student] = "the submission changed"
             return None
-        reason = why_regrade(saved, self.graded_with)
+        reason = why_regrade(saved, self._graded_with(student))
         if reason:
             self.regrade_reasons[student] = reason
             return None
-        score = self._score(student)
-        if score is None:
-            return None
-        return Row(student, self.assignment, score, self.max_score, saved["status"], saved.get("detail", ""),
-                   reused=True)
+        row = Row(student, self.assignment, 0.0, self.max_score, saved["status"], saved.get("detail", ""),
+                  reused=True)
+        return row if self._read_score(row) else None
 
-    def _score(self, student: str) -> float | None:
+    def _graded_with(self, student: str) -> dict[str, str]:
+        return dict(self.graded_with, deadline=self.deadline.key(student))
+
+    def _read_score(self, row: Row) -> bool:
+        """Fill in the row's score (after any late penalty), penalty and lateness; False if not in the gradebook."""
         with Gradebook(self.db_url, self.coursedir.course_id) as gb:
             try:
-                return float(gb.find_submission(self.assignment, student).score)
+                submission = gb.find_submission(self.assignment, row.student_id)
             except MissingEntry:
-                return None
+                return False
+            row.penalty = float(submission.late_submission_penalty or 0.0)
+            row.score = float(submission.score) - row.penalty
+            row.late = deadlines.describe_lateness(submission.total_seconds_late)
+            return True
 
     # -- before execution
 
@@ -239,6 +251,7 @@ class _Grader:
                 gb.update_or_create_submission(self.assignment, student, timestamp=timestamp)
             else:
                 gb.update_or_create_submission(self.assignment, student)
+            deadlines.record_extension(gb, self.assignment, student, self.deadline)
         staging = self.staging / student / self.assignment
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
@@ -333,7 +346,7 @@ class _Grader:
         """Move the graded folder into place, marked with what was graded; read the score."""
         staging = self.staging / student / self.assignment
         (staging / MARKER).write_text(json.dumps({
-            "fingerprint": self._fingerprint(student), "graded_with": self.graded_with,
+            "fingerprint": self._fingerprint(student), "graded_with": self._graded_with(student),
             "status": row.status, "detail": row.detail}))
         final = self.autograded / student / self.assignment
         final.parent.mkdir(parents=True, exist_ok=True)
@@ -344,7 +357,7 @@ class _Grader:
         staging.rename(final)
         shutil.rmtree(old, ignore_errors=True)
         shutil.rmtree(self.staging / student, ignore_errors=True)
-        row.score = self._score(student) or 0.0
+        self._read_score(row)
         return row
 
 
@@ -452,7 +465,7 @@ def write_grades_csv(course: Course, assignment: str, rows: list[Row]) -> Path:
     if path.exists():
         with open(path, newline="") as f:
             kept = [r for r in csv.DictReader(f) if r.get("assignment") != assignment]
-    fields = ["student_id", "assignment", "score", "max_score", "status", "detail"]
+    fields = ["student_id", "assignment", "score", "max_score", "status", "detail", "late", "penalty"]
     temporary = path.with_suffix(".csv.tmp")
     with open(temporary, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=fields)
@@ -460,7 +473,8 @@ def write_grades_csv(course: Course, assignment: str, rows: list[Row]) -> Path:
         writer.writerows(kept)
         for r in rows:
             writer.writerow({"student_id": r.student_id, "assignment": r.assignment, "score": f"{r.score:g}",
-                             "max_score": f"{r.max_score:g}", "status": r.status, "detail": r.detail})
+                             "max_score": f"{r.max_score:g}", "status": r.status, "detail": r.detail,
+                             "late": r.late, "penalty": f"{r.penalty:g}" if r.penalty else ""})
     temporary.replace(path)
     return path
 

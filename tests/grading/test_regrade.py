@@ -56,7 +56,7 @@ def test_a_changed_hidden_test_regrades_and_changes_the_scores(course_copy, tmp_
     assert after == {s: before[s] - 1 for s in STUDENTS}  # test_cube_forward is worth 1 point
     assert all(_markers(course)[s] != stamps[s] for s in STUDENTS)
     marker = json.loads((course.grading / "autograded" / "ada" / ASSIGNMENT / ".autograder.json").read_text())
-    assert set(marker["graded_with"]) == {"source", "grader"} and "nbgrader 0.9.6" in marker["graded_with"]["grader"]
+    assert set(marker["graded_with"]) == {"source", "grader", "deadline"} and "nbgrader 0.9.6" in marker["graded_with"]["grader"]
 
     settled = autograder(course, "grade", ASSIGNMENT)
     assert "regraded" not in settled.stdout and "2 already graded and unchanged" in settled.stdout
