@@ -144,6 +144,21 @@ def _deadline(args, course: Course) -> int:
     return 0
 
 
+def _export(args, course: Course) -> int:
+    from autograder.grading.export import export
+
+    result = export(course, args.assignment, args.out or course.grading / "exports" / args.assignment,
+                    canvas_column=args.canvas_column)
+    for path in (result.canvas, result.plain, result.per_test):
+        print(f"wrote {path}")
+    print(f"{result.students} students exported")
+    if result.without_lms_id:
+        print(f"Canvas cannot match {len(result.without_lms_id)} students without an lms_user_id in the roster "
+              f"({', '.join(result.without_lms_id)}): add the column to the roster, import it again "
+              "(`python -m autograder roster CSV`) and export again", file=sys.stderr)
+    return 0
+
+
 def _feedback(args, course: Course) -> int:
     from autograder.grading.feedback import feedback
 
@@ -294,6 +309,20 @@ def build_parser() -> argparse.ArgumentParser:
                    help="late work scores 0 (nbgrader's 'zero' penalty); --no-zero turns it off")
     p.add_argument("--clear", action="store_true", help="remove the due date, extensions and penalty first")
     p.set_defaults(run=_deadline)
+
+    p = commands.add_parser("export", help="write grades for the LMS: Canvas's CSV, a plain CSV, points per test",
+                            description="Write grading/exports/<assignment>/ (or --out): canvas.csv (Canvas's "
+                                        "gradebook import: students matched by their Canvas user id, the "
+                                        "roster's lms_user_id), grades.csv (student_id, lms_user_id, names, "
+                                        "email, score after any late penalty, status, lateness) and "
+                                        "per_test.csv (a row per student, a column per test, its points). "
+                                        "Grade first.")
+    p.add_argument("assignment", metavar="ASSIGNMENT")
+    p.add_argument("--out", type=Path, default=None, help="folder for the CSV files")
+    p.add_argument("--canvas-column", default=None, metavar="NAME",
+                   help="the assignment's column in Canvas, as Canvas's own export names it, e.g. "
+                        "'Assignment 1 (4567)' (default: the assignment id, which Canvas imports as a new column)")
+    p.set_defaults(run=_export)
 
     p = commands.add_parser("feedback", help="write per-student HTML feedback",
                             description="Write grading/feedback/<student>/<assignment>/<notebook>.html for "
