@@ -159,6 +159,22 @@ def _export(args, course: Course) -> int:
     return 0
 
 
+def _similarity(args, course: Course) -> int:
+    from autograder.grading.similarity import similarity
+
+    out = args.out or course.grading / "reports" / args.assignment / "similarity.html"
+    result = similarity(course, args.assignment, out, threshold=args.threshold, top=args.top,
+                        ignore_solution=not args.keep_solution)
+    for i, p in enumerate(result.pairs, 1):
+        print(f"{i:>3}. {p.first} & {p.second}: {100 * p.similarity[0]:.0f}% / {100 * p.similarity[1]:.0f}% "
+              f"of their answer code shared ({p.shared_tokens} tokens)")
+    for student, why in result.skipped.items():
+        print(f"not compared: {student}: {why}")
+    print(f"{len(result.students)} submissions, {len(result.pairs)} similar pairs flagged (no grade changed); "
+          f"wrote {result.page}")
+    return 0
+
+
 def _feedback(args, course: Course) -> int:
     from autograder.grading.feedback import feedback
 
@@ -323,6 +339,22 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the assignment's column in Canvas, as Canvas's own export names it, e.g. "
                         "'Assignment 1 (4567)' (default: the assignment id, which Canvas imports as a new column)")
     p.set_defaults(run=_export)
+
+    p = commands.add_parser("similarity", help="flag pairs of students with similar answers (HTML report)",
+                            description="Compare every pair of students' answer cells (not the tests, not "
+                                        "the released template, and by default not the instructor's "
+                                        "solution) with copydetect, and write a ranked HTML report of the most "
+                                        "similar pairs with their shared code marked side by side to "
+                                        "grading/reports/<assignment>/similarity.html. It flags pairs for "
+                                        "you to read; it never changes a grade.")
+    p.add_argument("assignment", metavar="ASSIGNMENT")
+    p.add_argument("--threshold", type=float, default=0.5,
+                   help="report pairs where at least this share of one's answer code is in the other's (default 0.5)")
+    p.add_argument("--top", type=int, default=30, help="at most this many pairs (default 30)")
+    p.add_argument("--keep-solution", action="store_true",
+                   help="count code that is also in the instructor's solution as shared")
+    p.add_argument("--out", type=Path, default=None, help="where to write the HTML page")
+    p.set_defaults(run=_similarity)
 
     p = commands.add_parser("feedback", help="write per-student HTML feedback",
                             description="Write grading/feedback/<student>/<assignment>/<notebook>.html for "
