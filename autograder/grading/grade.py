@@ -480,29 +480,32 @@ def write_grades_csv(course: Course, assignment: str, rows: list[Row]) -> Path:
 
 
 class _Progress:
-    """A one-line progress bar on stderr (plain lines when stderr is not a terminal)."""
+    """The grading progress bar (tqdm: count, rate and time left) on stderr.
+
+    On a terminal it redraws one line; otherwise (a log) it prints a line per student, with the
+    same count, elapsed time and time left.
+    """
 
     def __init__(self, total: int, stream=None) -> None:
-        self.total, self.done, self.started = total, 0, time.monotonic()
+        from tqdm import tqdm
+
         self.stream = stream if stream is not None else sys.stderr
         self.tty = getattr(self.stream, "isatty", lambda: False)()
+        self.total, self.done, self.started = total, 0, time.monotonic()
+        self.bar = tqdm(total=total, desc="grading", unit="student", file=self.stream, dynamic_ncols=True,
+                        disable=not (self.tty and total))
 
     def advance(self, n: int, label: str = "") -> None:
-        if not n or not self.total:
-            self.done += n
-            return
+        from tqdm import tqdm
+
         self.done += n
-        width = 30
-        filled = int(width * self.done / self.total)
-        line = (f"grading [{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} "
-                f"{time.monotonic() - self.started:5.1f}s {label}")
         if self.tty:
-            self.stream.write("\r" + line.ljust(79))
-        elif label:
-            self.stream.write(line + "\n")
-        self.stream.flush()
+            self.bar.set_postfix_str(label, refresh=False)
+            self.bar.update(n)
+        elif n and label and self.total:
+            self.stream.write(tqdm.format_meter(self.done, self.total, time.monotonic() - self.started,
+                                                prefix="grading", unit="student", postfix=label) + "\n")
+            self.stream.flush()
 
     def close(self) -> None:
-        if self.tty and self.total:
-            self.stream.write("\n")
-            self.stream.flush()
+        self.bar.close()
