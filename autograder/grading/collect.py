@@ -230,6 +230,7 @@ def _collect_student(result: CollectResult, entries: list[_Entry], expected: lis
             result.problems.append(f'refused "{_shown(name)}": {entry.refused}')
         else:
             files[name] = entry
+    handed_in_at = _own_timestamp(files.pop("timestamp.txt", None), result)
     chosen = {name: files.pop(name) for name in expected if name in files}
     missing = [name for name in expected if name not in chosen]
     notebooks = [name for name in files if name.lower().endswith(".ipynb")]
@@ -244,6 +245,8 @@ def _collect_student(result: CollectResult, entries: list[_Entry], expected: lis
                                    f"{_size(limit)} limit for a notebook")
             del chosen[name]
             result.renamed.pop(name, None)
+    if handed_in_at:
+        chosen = {name: _Entry(e.parts, e.size, handed_in_at, e.open, e.refused) for name, e in chosen.items()}
     if chosen:
         _write_submission(destination, chosen, limit, result)
     if not result.collected and destination.exists():
@@ -253,6 +256,20 @@ def _collect_student(result: CollectResult, entries: list[_Entry], expected: lis
         _write_submission(destination, {}, limit, result, max(times))
         result.notes.append("no usable notebook: it will be graded 'invalid notebook'")
     return result
+
+
+def _own_timestamp(entry: _Entry | None, result: CollectResult) -> datetime | None:
+    """The time in a student folder's ``timestamp.txt`` (nbgrader's own record of when it was handed in)."""
+    if entry is None or entry.refused or entry.size > 200:
+        return None
+    from nbgrader.utils import parse_utc
+
+    try:
+        with entry.open() as stream:
+            return parse_utc(stream.read(200).decode("utf-8").strip()).replace(tzinfo=timezone.utc)
+    except Exception as error:  # any unreadable time: the files' own dates are used, and the instructor told
+        result.problems.append(f"timestamp.txt is not a time nbgrader reads ({error}); the file's date is used")
+        return None
 
 
 def _write_submission(destination: Path, chosen: dict[str, _Entry], limit: int, result: CollectResult,

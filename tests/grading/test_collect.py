@@ -351,3 +351,20 @@ def test_the_demo_class_collects_cleanly(course_copy):
         assert r.complete and r.summary() == f"{r.student_id}: collected {NOTEBOOK}"
         assert (_submitted(course_copy, r.student_id) / NOTEBOOK).read_bytes() == \
             (DEMO_ROOT / ASSIGNMENT / r.student_id / NOTEBOOK).read_bytes()
+
+
+def test_a_student_folders_timestamp_txt_is_the_time_handed_in(course_copy, tmp_path):
+    """nbgrader's own submitted folders carry timestamp.txt: it is the submission time, not a stray file."""
+    course = course_copy
+    source = tmp_path / "download"
+    for student, stamp in {"alice": "2026-03-16 20:00:00.000000 UTC", "bob": "yesterday-ish"}.items():
+        (source / student).mkdir(parents=True)
+        (source / student / NOTEBOOK).write_bytes(_notebook_bytes(course, student))
+        (source / student / "timestamp.txt").write_text(stamp)
+
+    results = _by_student(collect(course, ASSIGNMENT, source))
+
+    assert results["alice"].summary() == f"alice: collected {NOTEBOOK}"
+    assert _nbgrader_timestamp(_submitted(course, "alice")) == datetime(2026, 3, 16, 20, 0, 0)
+    assert results["bob"].collected == [NOTEBOOK]
+    assert "timestamp.txt is not a time nbgrader reads" in results["bob"].problems[0]
