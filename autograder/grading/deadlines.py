@@ -78,6 +78,15 @@ def load(course: Course, assignment: str) -> Policy:
     return Policy(**saved) if saved else Policy()
 
 
+def is_managed(course: Course, assignment: str) -> bool:
+    """Whether ``deadline`` was ever used for this assignment (else nbgrader's own due date is left alone)."""
+    path = course.grading / FILE
+    try:
+        return path.exists() and assignment in json.loads(path.read_text(encoding="utf-8"))
+    except ValueError:
+        return False
+
+
 def save(course: Course, assignment: str, policy: Policy) -> None:
     path = course.grading / FILE
     everything = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}

@@ -177,13 +177,16 @@ class _Grader:
         self.pending: dict[str, tuple[Row, int]] = {}
         self.graded_with = graded_with(course.solutions / assignment)
         self.deadline = deadlines.load(course, assignment)
+        # A due date set with nbgrader's own tools is left alone until `deadline` is used for the assignment.
+        self.deadline_managed = deadlines.is_managed(course, assignment)
         self.config.merge(deadlines.nbgrader_config(self.deadline))
         self.regrade_reasons: dict[str, str] = {}  # student -> why their earlier grade no longer holds
         self.results: dict[str, list[Execution]] = {}
         # The sanitized notebooks, kept here: student code runs in the staging folder and may overwrite them.
         self.sanitized: dict[tuple[str, str], object] = {}
         with Gradebook(self.db_url, self.coursedir.course_id) as gb:
-            deadlines.record_due_date(gb, assignment, self.deadline)
+            if self.deadline_managed:
+                deadlines.record_due_date(gb, assignment, self.deadline)
             notebooks = gb.find_assignment(assignment).notebooks
             self.notebook_ids = [nb.name for nb in notebooks]
             self.max_score = float(sum(nb.max_score for nb in notebooks))
@@ -251,7 +254,8 @@ class _Grader:
                 gb.update_or_create_submission(self.assignment, student, timestamp=timestamp)
             else:
                 gb.update_or_create_submission(self.assignment, student)
-            deadlines.record_extension(gb, self.assignment, student, self.deadline)
+            if self.deadline_managed:
+                deadlines.record_extension(gb, self.assignment, student, self.deadline)
         staging = self.staging / student / self.assignment
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
