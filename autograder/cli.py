@@ -51,11 +51,20 @@ def _check(args, course: Course) -> int:
 def _collect(args, course: Course) -> int:
     from autograder.grading.collect import collect
 
-    results = collect(course, args.assignment, args.source)
+    results = collect(course, args.assignment, args.source, layout=args.layout, regexp=args.regexp)
     for r in results:
         print(r.summary())
-    problems = sum(bool(r.problems or r.missing) for r in results)
-    print(f"{sum(bool(r.collected) for r in results)} students collected, {problems} with problems")
+    collected = sum(bool(r.collected) for r in results)
+    attention = [r for r in results if r.needs_attention]
+    print(f"{collected} students collected, {len(attention)} with problems")
+    if not collected:
+        print(f"error: no notebook of {args.assignment} was collected from {args.source}: check that it is this "
+              "assignment's download, and give its layout with --layout or --regexp (see --help)", file=sys.stderr)
+        return 1
+    if attention:
+        print("some files were not collected or need a look (lines above): fix the download or the roster and "
+              "collect again; students without a usable notebook are graded 'invalid notebook'", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -83,11 +92,89 @@ def _grade(args, course: Course) -> int:
     print(f"{'student':<{width}}  {'score':>11}  status")
     for r in rows:
         note = f" ({r.detail})" if r.detail else ""
-        print(f"{r.student_id:<{width}}  {r.score:>5g} / {r.max_score:<3g}  {r.status}{note}")
+        late = f"; late {r.late}" + (f", -{r.penalty:g} points" if r.penalty else "") if r.late else ""
+        print(f"{r.student_id:<{width}}  {r.score:>5g} / {r.max_score:<3g}  {r.status}{note}{late}")
     counts = {}
     for r in rows:
         counts[r.status] = counts.get(r.status, 0) + 1
     print(", ".join(f"{n} {status}" for status, n in counts.items()) + f"; wrote {course.grading / GRADES_CSV}")
+    reasons: dict[str, list[str]] = {}
+    for r in rows:
+        if r.regraded:
+            reasons.setdefault(r.regraded, []).append(r.student_id)
+    for reason, students in reasons.items():
+        print(f"regraded {len(students)} submission{'s' * (len(students) != 1)} because {reason}: "
+              f"{', '.join(students)}")
+    reused = sum(r.reused for r in rows)
+    if reused:
+        print(f"{reused} already graded and unchanged (tests, grader and submission): not graded again "
+              "(--force grades them again)")
+    return 0
+
+
+def _deadline(args, course: Course) -> int:
+    from autograder.grading import deadlines
+
+    course.check_assignment(args.assignment)
+    policy = deadlines.load(course, args.assignment)
+    changed = False
+    if args.clear:
+        policy, changed = deadlines.Policy(), True
+    if args.due:
+        policy.due, changed = deadlines.parse_due(args.due), True
+    for text in args.extend or []:
+        student, hours = deadlines.parse_extension(text)
+        if hours:
+            policy.extensions[student] = hours
+        else:
+            policy.extensions.pop(student, None)
+        changed = True
+    for name in ("percent", "per", "max_percent", "grace_minutes"):
+        value = getattr(args, name)
+        if value is not None:
+            setattr(policy, name, value)
+            changed = True
+    if args.zero is not None:
+        policy.zero, changed = args.zero, True
+    if (policy.extensions or policy.percent or policy.zero) and not policy.due:
+        raise CourseError(f"{args.assignment} has no due date: give one with --due '2026-03-15 23:59'")
+    if changed:
+        deadlines.save(course, args.assignment, policy)
+    print(f"{args.assignment}: {policy.describe()}")
+    if changed:
+        print(f"saved in {course.grading / deadlines.FILE}; `python -m autograder grade {args.assignment}` "
+              "applies it (only the students it changes are graded again)")
+    return 0
+
+
+def _export(args, course: Course) -> int:
+    from autograder.grading.export import export
+
+    result = export(course, args.assignment, args.out or course.grading / "exports" / args.assignment,
+                    canvas_column=args.canvas_column)
+    for path in (result.canvas, result.plain, result.per_test):
+        print(f"wrote {path}")
+    print(f"{result.students} students exported")
+    if result.without_lms_id:
+        print(f"Canvas cannot match {len(result.without_lms_id)} students without an lms_user_id in the roster "
+              f"({', '.join(result.without_lms_id)}): add the column to the roster, import it again "
+              "(`python -m autograder roster CSV`) and export again", file=sys.stderr)
+    return 0
+
+
+def _similarity(args, course: Course) -> int:
+    from autograder.grading.similarity import similarity
+
+    out = args.out or course.grading / "reports" / args.assignment / "similarity.html"
+    result = similarity(course, args.assignment, out, threshold=args.threshold, top=args.top,
+                        ignore_solution=not args.keep_solution)
+    for i, p in enumerate(result.pairs, 1):
+        print(f"{i:>3}. {p.first} & {p.second}: {100 * p.similarity[0]:.0f}% / {100 * p.similarity[1]:.0f}% "
+              f"of their answer code shared ({p.shared_tokens} tokens)")
+    for student, why in result.skipped.items():
+        print(f"not compared: {student}: {why}")
+    print(f"{len(result.students)} submissions, {len(result.pairs)} similar pairs flagged (no grade changed); "
+          f"wrote {result.page}")
     return 0
 
 
@@ -174,12 +261,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=book.run)
 
     p = commands.add_parser("collect", help="put downloaded submissions where grading expects them",
-                            description="Copy submissions from a folder with one sub-folder per student "
-                                        "(SOURCE/<student_id>/<notebook>.ipynb) or from a zip of such folders "
-                                        "(an LMS download) into grading/submitted/. Wrong or missing file "
-                                        "names are reported per student.")
+                            description="Copy submissions from an LMS download (zip or folder) into "
+                                        "grading/submitted/. Understands Canvas (a flat zip of "
+                                        "name_USERID_FILEID_notebook.ipynb, with _LATE_ marks), Moodle "
+                                        "(Name_USERID_assignsubmission_file_/ folders), Blackboard "
+                                        "(NAME_attempt_DATE_notebook.ipynb) and a folder per student "
+                                        "(SOURCE/<student_id>/<notebook>.ipynb); --regexp reads any other "
+                                        "layout. LMS user ids and names are mapped to student ids through "
+                                        "the roster's lms_user_id (import it first with `roster`). Of several "
+                                        "attempts, the latest is collected. Wrong or missing file names are "
+                                        "reported per student. Exits 1 if anything was skipped or nothing "
+                                        "was collected.")
     p.add_argument("assignment", metavar="ASSIGNMENT")
-    p.add_argument("source", type=Path, metavar="SOURCE", help="folder or .zip of student folders")
+    p.add_argument("source", type=Path, metavar="SOURCE", help="folder or .zip downloaded from the LMS")
+    p.add_argument("--layout", choices=["canvas", "moodle", "blackboard", "folders"], default=None,
+                   help="the download's layout (default: the one that reads most notebooks)")
+    p.add_argument("--regexp", metavar="REGEXP", default=None,
+                   help="nbgrader's named_regexp for any other layout, read on each file name (or on its path "
+                        "inside the download if REGEXP has a /): named groups student_id (or lms_user_id, or "
+                        "email) and file_id; optional timestamp, first_name, last_name, e.g. "
+                        r"'(?P<student_id>\w+)_attempt_(?P<timestamp>[0-9-]+)_(?P<file_id>\w+\.ipynb)'")
     p.set_defaults(run=_collect)
 
     p = commands.add_parser("roster", help="add the class list (names, emails) to the gradebook",
@@ -207,6 +308,61 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run the notebooks on a Dask cluster (e.g. tcp://10.0.0.5:8786) instead of here")
     p.add_argument("--force", action="store_true", help="grade again even what is already graded")
     p.set_defaults(run=_grade)
+
+    p = commands.add_parser("deadline", help="set an assignment's due date, extensions and late penalty",
+                            description="Set (or, with no option, show) an assignment's due date, per-student "
+                                        "extensions and late penalty, kept in grading/deadlines.json and put "
+                                        "into nbgrader's gradebook (duedate, extensions) when grading. A "
+                                        "submission is late when its time (timestamp.txt, written by collect "
+                                        "from the LMS download) is after the due date plus its extension; "
+                                        "grades.csv, the feedback page and the report say how late and the "
+                                        "penalty. Changing any of it regrades the students it affects.")
+    p.add_argument("assignment", metavar="ASSIGNMENT")
+    p.add_argument("--due", metavar="WHEN", help="due date, e.g. '2026-03-15 23:59' (local time) or with a zone "
+                                                 "'2026-03-15T23:59:00+01:00'")
+    p.add_argument("--extend", action="append", metavar="STUDENT=DURATION",
+                   help="an extension, e.g. ben=2d, ada=36h, eli=90m; =0 removes it (repeat for more students)")
+    p.add_argument("--penalty", dest="percent", type=float, metavar="PERCENT",
+                   help="percent of the score taken per hour or day started late (default 0: marked only)")
+    p.add_argument("--per", choices=["hour", "day"], default=None, help="the penalty's period (default hour)")
+    p.add_argument("--max", dest="max_percent", type=float, metavar="PERCENT",
+                   help="the penalty never takes more than this percent of the score (default 100)")
+    p.add_argument("--grace", dest="grace_minutes", type=float, metavar="MINUTES",
+                   help="lateness forgiven before the penalty starts (default 0)")
+    p.add_argument("--zero", action=argparse.BooleanOptionalAction, default=None,
+                   help="late work scores 0 (nbgrader's 'zero' penalty); --no-zero turns it off")
+    p.add_argument("--clear", action="store_true", help="remove the due date, extensions and penalty first")
+    p.set_defaults(run=_deadline)
+
+    p = commands.add_parser("export", help="write grades for the LMS: Canvas's CSV, a plain CSV, points per test",
+                            description="Write grading/exports/<assignment>/ (or --out): canvas.csv (Canvas's "
+                                        "gradebook import: students matched by their Canvas user id, the "
+                                        "roster's lms_user_id), grades.csv (student_id, lms_user_id, names, "
+                                        "email, score after any late penalty, status, lateness) and "
+                                        "per_test.csv (a row per student, a column per test, its points). "
+                                        "Grade first.")
+    p.add_argument("assignment", metavar="ASSIGNMENT")
+    p.add_argument("--out", type=Path, default=None, help="folder for the CSV files")
+    p.add_argument("--canvas-column", default=None, metavar="NAME",
+                   help="the assignment's column in Canvas, as Canvas's own export names it, e.g. "
+                        "'Assignment 1 (4567)' (default: the assignment id, which Canvas imports as a new column)")
+    p.set_defaults(run=_export)
+
+    p = commands.add_parser("similarity", help="flag pairs of students with similar answers (HTML report)",
+                            description="Compare every pair of students' answer cells (not the tests, not "
+                                        "the released template, and by default not the instructor's "
+                                        "solution) with copydetect, and write a ranked HTML report of the most "
+                                        "similar pairs with their shared code marked side by side to "
+                                        "grading/reports/<assignment>/similarity.html. It flags pairs for "
+                                        "you to read; it never changes a grade.")
+    p.add_argument("assignment", metavar="ASSIGNMENT")
+    p.add_argument("--threshold", type=float, default=0.5,
+                   help="report pairs where at least this share of one's answer code is in the other's (default 0.5)")
+    p.add_argument("--top", type=int, default=30, help="at most this many pairs (default 30)")
+    p.add_argument("--keep-solution", action="store_true",
+                   help="count code that is also in the instructor's solution as shared")
+    p.add_argument("--out", type=Path, default=None, help="where to write the HTML page")
+    p.set_defaults(run=_similarity)
 
     p = commands.add_parser("feedback", help="write per-student HTML feedback",
                             description="Write grading/feedback/<student>/<assignment>/<notebook>.html for "

@@ -1,11 +1,13 @@
 """Collect students' notebooks into nbgrader's ``submitted/`` folder.
 
-The source is a folder with one sub-folder per student (``SOURCE/<student_id>/<notebook>.ipynb``)
-or a zip of such folders, as an LMS download gives them, optionally wrapped in one top-level
-folder. Submissions are untrusted input: paths that leave the folder (``..``, absolute paths),
-symbolic links, special files and oversized notebooks are refused with a message, and nothing is
-ever written outside ``<grading>/submitted/``. Notebooks are copied as bytes, not parsed: an
-invalid notebook is the grader's to report.
+The source is an LMS download, a zip or a folder: Canvas's flat zip, Moodle's folders, Blackboard's
+attempt files, a folder per student (``SOURCE/<student_id>/<notebook>.ipynb``, optionally wrapped
+in one top-level folder), or any layout an instructor describes with a regular expression
+(``autograder.grading.lms``). Submissions are untrusted input: paths that leave the folder (``..``,
+absolute paths), symbolic links, special files and oversized notebooks are refused with a message,
+and nothing is ever written outside ``<grading>/submitted/``. Notebooks are copied as bytes, not
+parsed: an invalid notebook is the grader's to report. A student who handed in no usable
+notebook gets a submission without one, so that grading gives them a row saying so.
 """
 
 from __future__ import annotations
@@ -23,17 +25,12 @@ from pathlib import Path
 from typing import BinaryIO, Callable
 
 from autograder.authoring.course import Course, CourseError
+from autograder.grading.lms import Layout, Roster, detect, is_valid_student_id, parse_timestamp, resubmission_key
 
 MAX_NOTEBOOK_BYTES = 50_000_000
 # nbgrader's own format (Exchange.timestamp_format), in UTC; nbgrader.utils.parse_utc reads it.
 TIMESTAMP_FORMAT = "%Y-%m-%d %H:%M:%S.%f UTC"
-STUDENT_ID = re.compile(r"[A-Za-z0-9._@-]{1,100}")
 CHUNK = 1 << 20
-
-
-def is_valid_student_id(name: str) -> bool:
-    """A student id that is safe as a folder name: letters, digits and . _ - @, not only dots."""
-    return bool(STUDENT_ID.fullmatch(name)) and bool(name.strip("."))
 
 
 class CollectError(CourseError):
@@ -50,11 +47,20 @@ class CollectResult:
     missing: list[str] = field(default_factory=list)       # expected notebooks not in the submission
     unexpected: list[str] = field(default_factory=list)    # files present but not collected
     problems: list[str] = field(default_factory=list)      # refused entries and invalid ids, with why
+    notes: list[str] = field(default_factory=list)         # worth knowing: a resubmission, marked late
+    warnings: list[str] = field(default_factory=list)      # collected, but to check: not on the roster
     destination: Path | None = None                        # submitted/<student>/<assignment>/, if written
 
     @property
     def complete(self) -> bool:
         return bool(self.collected) and not self.missing and not self.problems
+
+    @property
+    def needs_attention(self) -> bool:
+        """Something was skipped or is doubtful: a notebook not collected, a refusal, an unknown student."""
+        ignored_notebooks = [n for n in self.unexpected if n.lower().endswith(".ipynb")]
+        return bool(self.missing or self.problems or self.warnings or ignored_notebooks
+                    or (self.student_id is not None and not self.collected))
 
     def summary(self) -> str:
         """One line for the instructor, e.g. ``bob: collected a.ipynb (from "Untitled.ipynb")``."""
@@ -69,7 +75,7 @@ class CollectResult:
             parts.append("missing " + ", ".join(self.missing))
         if self.unexpected:
             parts.append("ignored " + ", ".join(f'"{_shown(n)}"' for n in self.unexpected))
-        parts += self.problems
+        parts += [_shown(p) for p in self.problems + self.warnings + self.notes]
         return f"{who}: " + "; ".join(parts)
 
 
@@ -84,14 +90,19 @@ class _Entry:
     refused: str = ""  # why it may not be collected (a link, not a regular file, encrypted)
 
 
-def collect(course: Course, assignment: str, source: Path, *,
+def collect(course: Course, assignment: str, source: Path, *, layout: str | None = None,
+            regexp: str | None = None, roster: Roster | None = None,
             max_notebook_bytes: int = MAX_NOTEBOOK_BYTES) -> list[CollectResult]:
     """Put each student's notebooks of ``assignment`` from ``source`` (folder or zip) into submitted/.
 
+    ``layout`` names a built-in layout (canvas, moodle, blackboard, folders; default: the one that
+    reads most notebooks), ``regexp`` is nbgrader's named_regexp for any other layout, and
+    ``roster`` maps LMS ids and names to student ids (default: the gradebook's students).
     Raises CollectError when the source as a whole is unusable; everything about one student or
     one entry is reported in that student's CollectResult (the last result, with student_id None,
     holds entries that belong to no student, if any). Re-collecting a student replaces their
-    previous submission of this assignment in one rename.
+    previous submission of this assignment in one rename; of several attempts at one notebook, the
+    latest is collected.
     """
     course.check_assignment(assignment)
     expected = [p.name for p in course.notebooks(assignment, released=True)]
@@ -102,10 +113,12 @@ def collect(course: Course, assignment: str, source: Path, *,
     if source.is_dir() and source.resolve().is_relative_to(submitted.resolve()):
         raise CollectError(f"{source} is inside nbgrader's submitted folder; collect from a download folder")
     outside = CollectResult(None)
+    reader = Layout.from_regexp(regexp) if regexp else Layout.named(layout) if layout else None
+    roster = roster if roster is not None else Roster.load(course)
+    how = _How(expected, assignment, submitted, max_notebook_bytes, reader, roster)
     if source.is_dir():
         entries = _folder_entries(source)
-        return _collect_entries(entries, outside, f"folder {source}", expected, assignment, submitted,
-                                max_notebook_bytes)
+        return _collect_entries(entries, outside, f"folder {source}", how)
     if not source.exists():
         raise CollectError(f"no folder or zip file at {source}")
     if not zipfile.is_zipfile(source):
@@ -113,40 +126,103 @@ def collect(course: Course, assignment: str, source: Path, *,
     try:
         with zipfile.ZipFile(source) as archive:
             entries = _zip_entries(archive, outside)
-            return _collect_entries(entries, outside, f"zip file {source}", expected, assignment, submitted,
-                                    max_notebook_bytes)
+            return _collect_entries(entries, outside, f"zip file {source}", how)
     except zipfile.BadZipFile as error:
         raise CollectError(f"{source} is not a readable zip file: {error}") from None
 
 
-def _collect_entries(entries: list[_Entry], outside: CollectResult, described: str, expected: list[str],
-                     assignment: str, submitted: Path, limit: int) -> list[CollectResult]:
+@dataclass
+class _How:
+    """What collecting this source needs to know, besides the entries."""
+
+    expected: list[str]
+    assignment: str
+    submitted: Path
+    limit: int
+    layout: Layout | None
+    roster: Roster
+
+
+def _collect_entries(entries: list[_Entry], outside: CollectResult, described: str, how: _How) -> list[CollectResult]:
     entries = _without_wrapper_folder(entries)
+    layout = how.layout or detect([e.parts for e in entries])
     students: dict[str, list[_Entry]] = {}
+    results: dict[str, CollectResult] = {}
+    unknown: dict[str, CollectResult] = {}
     for entry in entries:
-        if len(entry.parts) == 1 and entry.refused:
-            outside.problems.append(f'refused "{_shown(entry.parts[0])}": {entry.refused}')
-        elif len(entry.parts) == 1:
-            outside.unexpected.append(entry.parts[0])
-        else:
-            students.setdefault(entry.parts[0], []).append(entry)
-    if not students:
+        groups = layout.match(entry.parts)
+        if groups is not None and "receipt" in groups:
+            continue  # Blackboard's submission receipt: nothing to collect
+        if groups is None or not groups.get("file_id"):
+            if entry.refused:
+                outside.problems.append(f'refused "{_shown("/".join(entry.parts))}": {entry.refused}')
+            else:
+                outside.unexpected.append("/".join(entry.parts))
+            continue
+        student, note = how.roster.resolve(groups)
+        if student is None:
+            who = groups.get("student_id") or groups.get("full_name") or groups.get("sortable_name") \
+                or groups.get("lms_user_id") or "/".join(entry.parts)
+            result = unknown.setdefault(who, CollectResult(who))
+            if note not in result.problems:
+                result.problems.append(note)
+            continue
+        result = results.setdefault(student, CollectResult(student))
+        if note and note not in result.warnings:
+            result.warnings.append(note)
+        if groups.get("late") and "marked late by the LMS" not in result.notes:
+            result.notes.append("marked late by the LMS")
+        modified = entry.modified
+        if groups.get("timestamp"):
+            try:
+                modified = parse_timestamp(groups["timestamp"])
+            except ValueError as error:
+                result.problems.append(f"{error}; the file's own date is used")
+        parts = (student, *groups["file_id"].split("/"))
+        students.setdefault(student, []).append(_Entry(parts, entry.size, modified, entry.open, entry.refused))
+    if not students and not unknown:
         found = f" (found only: {', '.join(_shown(n) for n in outside.unexpected + outside.problems)})" \
             if outside.unexpected or outside.problems else ""
         raise CollectError(f"no student folders in {described}{found}; expected "
-                           f"<student_id>/{expected[0]} for each student")
-    results = [_collect_student(student, files, expected, submitted / student / assignment, limit)
-               if is_valid_student_id(student)
-               else CollectResult(student, problems=[
-                   "invalid student id: use only letters, digits and . _ - @ (nothing collected)"])
-               for student, files in sorted(students.items())]
-    return results + ([outside] if outside.unexpected or outside.problems else [])
+                           f"<student_id>/{how.expected[0]} for each student, a download from Canvas, Moodle "
+                           "or Blackboard, or a layout given with --regexp")
+    for student in sorted(students):
+        files = _latest_attempts(students[student], results[student])
+        _collect_student(results[student], files, how.expected,
+                         how.submitted / student / how.assignment, how.limit)
+    ordered = [results[s] for s in sorted(results)] + [unknown[w] for w in sorted(unknown)]
+    return ordered + ([outside] if outside.unexpected or outside.problems else [])
 
 
-def _collect_student(student: str, entries: list[_Entry], expected: list[str], destination: Path,
+def _latest_attempts(entries: list[_Entry], result: CollectResult) -> list[_Entry]:
+    """Of several attempts at one file (resubmissions: ``nb.ipynb``, ``nb-1.ipynb``, two dated attempts), the latest."""
+    attempts: dict[str, list[tuple[datetime, int, _Entry]]] = {}
+    for entry in entries:
+        name, number = resubmission_key("/".join(entry.parts[1:]))
+        attempts.setdefault(name, []).append((entry.modified, number, entry))
+    kept = []
+    for name, found in attempts.items():
+        found.sort(key=lambda a: (a[0], a[1]))
+        latest = found[-1][2]
+        kept.append(latest)
+        if len(found) > 1:
+            older = ", ".join(f'"{_shown("/".join(e.parts[1:]))}" ({_when(t)})' for t, _, e in found[:-1])
+            result.notes.append(f'resubmitted: kept the latest, "{_shown("/".join(latest.parts[1:]))}" '
+                                f"({_when(found[-1][0])}), not {older}")
+    return kept
+
+
+def _when(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _collect_student(result: CollectResult, entries: list[_Entry], expected: list[str], destination: Path,
                      limit: int) -> CollectResult:
-    """Match one student's files with the expected notebooks and write what can be collected."""
-    result = CollectResult(student)
+    """Match one student's files with the expected notebooks and write what can be collected.
+
+    A student with no usable notebook and no earlier submission gets a submission without one, so
+    that ``grade`` gives them a row saying the notebook is missing.
+    """
     files = {}
     for entry in entries:
         name = "/".join(entry.parts[1:])
@@ -154,6 +230,7 @@ def _collect_student(student: str, entries: list[_Entry], expected: list[str], d
             result.problems.append(f'refused "{_shown(name)}": {entry.refused}')
         else:
             files[name] = entry
+    handed_in_at = _own_timestamp(files.pop("timestamp.txt", None), result)
     chosen = {name: files.pop(name) for name in expected if name in files}
     missing = [name for name in expected if name not in chosen]
     notebooks = [name for name in files if name.lower().endswith(".ipynb")]
@@ -168,15 +245,39 @@ def _collect_student(student: str, entries: list[_Entry], expected: list[str], d
                                    f"{_size(limit)} limit for a notebook")
             del chosen[name]
             result.renamed.pop(name, None)
+    if handed_in_at:
+        chosen = {name: _Entry(e.parts, e.size, handed_in_at, e.open, e.refused) for name, e in chosen.items()}
     if chosen:
         _write_submission(destination, chosen, limit, result)
     if not result.collected and destination.exists():
         result.problems.append("the previous submission was kept")
+    elif not result.collected:
+        times = [e.modified for e in entries] or [datetime.now(timezone.utc)]
+        _write_submission(destination, {}, limit, result, max(times))
+        result.notes.append("no usable notebook: it will be graded 'invalid notebook'")
     return result
 
 
-def _write_submission(destination: Path, chosen: dict[str, _Entry], limit: int, result: CollectResult) -> None:
-    """Copy the chosen notebooks and timestamp.txt beside ``destination``, then swap it in by rename."""
+def _own_timestamp(entry: _Entry | None, result: CollectResult) -> datetime | None:
+    """The time in a student folder's ``timestamp.txt`` (nbgrader's own record of when it was handed in)."""
+    if entry is None or entry.refused or entry.size > 200:
+        return None
+    from nbgrader.utils import parse_utc
+
+    try:
+        with entry.open() as stream:
+            return parse_utc(stream.read(200).decode("utf-8").strip()).replace(tzinfo=timezone.utc)
+    except Exception as error:  # any unreadable time: the files' own dates are used, and the instructor told
+        result.problems.append(f"timestamp.txt is not a time nbgrader reads ({error}); the file's date is used")
+        return None
+
+
+def _write_submission(destination: Path, chosen: dict[str, _Entry], limit: int, result: CollectResult,
+                      empty_time: datetime | None = None) -> None:
+    """Copy the chosen notebooks and timestamp.txt beside ``destination``, then swap it in by rename.
+
+    With ``empty_time``, a submission of no notebook at all is written (when no chosen notebook can be copied).
+    """
     destination.parent.mkdir(parents=True, exist_ok=True)
     scratch = destination.parent / f".collecting-{destination.name}-{uuid.uuid4().hex[:8]}"
     scratch.mkdir()
@@ -195,9 +296,9 @@ def _write_submission(destination: Path, chosen: dict[str, _Entry], limit: int, 
             os.utime(scratch / name, (entry.modified.timestamp(),) * 2)
             result.collected.append(name)
             times.append(entry.modified)
-        if not result.collected:
+        if not result.collected and empty_time is None:
             return
-        (scratch / "timestamp.txt").write_text(max(times).strftime(TIMESTAMP_FORMAT))
+        (scratch / "timestamp.txt").write_text(max(times or [empty_time]).strftime(TIMESTAMP_FORMAT))
         previous = destination.with_name(f".replaced-{destination.name}-{uuid.uuid4().hex[:8]}")
         if destination.exists():
             destination.rename(previous)

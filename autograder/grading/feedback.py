@@ -8,9 +8,13 @@ its student gets a page too.
 
 from __future__ import annotations
 
+import csv
+import html
+import re
 from pathlib import Path
 
 from autograder.authoring.course import Course, CourseError
+from autograder.grading import deadlines
 
 HIDDEN_MARKERS = ("### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS")
 
@@ -28,4 +32,29 @@ def feedback(course: Course, assignment: str) -> list[Path]:
         if any(marker in text for marker in HIDDEN_MARKERS):
             page.unlink()
             raise CourseError(f"{page} would show hidden tests; it was deleted (check the feedback settings)")
+    _mark_late_pages(course, assignment, pages)
     return pages
+
+
+def _mark_late_pages(course: Course, assignment: str, pages: list[Path]) -> None:
+    """A late student's page says, at the top, how late and what it cost (from grades.csv)."""
+    grades = course.grading / "grades.csv"
+    if not grades.exists():
+        return
+    with grades.open(newline="", encoding="utf-8") as stream:
+        late = {r["student_id"]: r for r in csv.DictReader(stream)
+                if r.get("assignment") == assignment and r.get("late")}
+    policy = deadlines.load(course, assignment)
+    for page in pages:
+        row = late.get(page.parts[-3])
+        if not row:
+            continue
+        deadline = policy.deadline_for(row["student_id"])
+        due = f" (due {deadline:%Y-%m-%d %H:%M} UTC{', with your extension' if row['student_id'] in policy.extensions else ''})" \
+            if deadline else ""
+        cost = f"; late penalty: {row['penalty']} points, already taken from the score below" if row.get("penalty") \
+            else "; no points were taken for it"
+        notice = (f'<div class="late-notice" style="margin:1em;padding:.5em 1em;border:2px solid #c60;">'
+                  f"Handed in {html.escape(row['late'])} late{html.escape(due)}{html.escape(cost)}.</div>")
+        text = page.read_text(encoding="utf-8")
+        page.write_text(re.sub(r"(<body[^>]*>)", lambda m: m.group(1) + notice, text, count=1), encoding="utf-8")

@@ -12,8 +12,9 @@ The steps are nbgrader's own ``autograde``, rearranged so that the slow one runs
 
 Only this process writes to the gradebook, so parallel grading never meets a lock error; a
 lock file keeps two grading runs from interleaving. A submission whose marker matches its
-files is not graded again, so an interrupted run resumes where it stopped and a second run
-changes nothing. ``grades.csv`` gets one row per student with a status saying what happened.
+files and what grades them (the assignment's source and tests, the grader's version:
+``autograder.grading.fingerprint``) is not graded again, so an interrupted run resumes where it
+stopped, a second run changes nothing, and a fixed test regrades that assignment's submissions. ``grades.csv`` gets one row per student with a status saying what happened.
 """
 
 from __future__ import annotations
@@ -43,7 +44,9 @@ from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, Clea
                                     SaveAutoGrades)
 
 from autograder.authoring.course import Course, CourseError
+from autograder.grading import deadlines
 from autograder.grading.executor import Execution, Limits, execute, warm_up
+from autograder.grading.fingerprint import graded_with, submission_digest, why_regrade
 from autograder.grading.restore import RestoreTests
 from autograder.grading.speed import nbgrader_speedups, sync_assignment
 
@@ -67,6 +70,9 @@ class Row:
     status: str = "graded"
     detail: str = ""
     reused: bool = field(default=False, compare=False)
+    regraded: str = field(default="", compare=False)  # why an earlier grade was replaced, if one was
+    late: str = ""         # how late after the due date (and extension), e.g. "1 day 2 h"; "" when on time
+    penalty: float = 0.0   # points taken for lateness (score is after the penalty)
 
 
 @dataclass
@@ -136,6 +142,7 @@ def _prepared_tasks(grader: "_Grader", students: list[str], force: bool, rows: d
         if warm:
             warm_up()  # at once when already running
         row, student_tasks = grader.prepare(student)
+        row.regraded = "" if force else grader.regrade_reasons.get(student, "")
         if student_tasks:
             grader.pending[student] = (row, len(student_tasks))
             yield from student_tasks
@@ -186,10 +193,18 @@ class _Grader:
         self.autograded = course.grading / "autograded"
         self.staging = course.grading / ".staging"
         self.pending: dict[str, tuple[Row, int]] = {}
+        self.graded_with = graded_with(course.solutions / assignment)
+        self.deadline = deadlines.load(course, assignment)
+        # A due date set with nbgrader's own tools is left alone until `deadline` is used for the assignment.
+        self.deadline_managed = deadlines.is_managed(course, assignment)
+        self.config.merge(deadlines.nbgrader_config(self.deadline))
+        self.regrade_reasons: dict[str, str] = {}  # student -> why their earlier grade no longer holds
         self.results: dict[str, list[Execution]] = {}
         # The sanitized notebooks, kept here: student code runs in the staging folder and may overwrite them.
         self.sanitized: dict[tuple[str, str], object] = {}
         with Gradebook(self.db_url, self.coursedir.course_id) as gb:
+            if self.deadline_managed:
+                deadlines.record_due_date(gb, assignment, self.deadline)
             notebooks = gb.find_assignment(assignment).notebooks
             self.notebook_ids = [nb.name for nb in notebooks]
             self.max_score = float(sum(nb.max_score for nb in notebooks))
@@ -209,35 +224,40 @@ class _Grader:
     # -- resume
 
     def _fingerprint(self, student: str) -> str:
-        digest = hashlib.sha256()
-        folder = self.submitted / student / self.assignment
-        for path in sorted(folder.rglob("*")):
-            if path.is_file():
-                digest.update(str(path.relative_to(folder)).encode() + b"\0")
-                digest.update(hashlib.sha256(path.read_bytes()).digest())
-        return digest.hexdigest()
+        return submission_digest(self.submitted / student / self.assignment)
 
     def finished_row(self, student: str) -> Row | None:
-        """The row of an earlier run, if this exact submission was already graded."""
+        """The row of an earlier run, if this exact submission was already graded by these tests and grader."""
         marker = self.autograded / student / self.assignment / MARKER
         try:
             saved = json.loads(marker.read_text())
         except (OSError, ValueError):
             return None
         if saved.get("fingerprint") != self._fingerprint(student):
+            self.regrade_reasons[student] = "the submission changed"
             return None
-        score = self._score(student)
-        if score is None:
+        reason = why_regrade(saved, self._graded_with(student))
+        if reason:
+            self.regrade_reasons[student] = reason
             return None
-        return Row(student, self.assignment, score, self.max_score, saved["status"], saved.get("detail", ""),
-                   reused=True)
+        row = Row(student, self.assignment, 0.0, self.max_score, saved["status"], saved.get("detail", ""),
+                  reused=True)
+        return row if self._read_score(row) else None
 
-    def _score(self, student: str) -> float | None:
+    def _graded_with(self, student: str) -> dict[str, str]:
+        return dict(self.graded_with, deadline=self.deadline.key(student))
+
+    def _read_score(self, row: Row) -> bool:
+        """Fill in the row's score (after any late penalty), penalty and lateness; False if not in the gradebook."""
         with Gradebook(self.db_url, self.coursedir.course_id) as gb:
             try:
-                return float(gb.find_submission(self.assignment, student).score)
+                submission = gb.find_submission(self.assignment, row.student_id)
             except MissingEntry:
-                return None
+                return False
+            row.penalty = float(submission.late_submission_penalty or 0.0)
+            row.score = float(submission.score) - row.penalty
+            row.late = deadlines.describe_lateness(submission.total_seconds_late)
+            return True
 
     # -- before execution
 
@@ -252,6 +272,8 @@ class _Grader:
                 gb.update_or_create_submission(self.assignment, student, timestamp=timestamp)
             else:
                 gb.update_or_create_submission(self.assignment, student)
+            if self.deadline_managed:
+                deadlines.record_extension(gb, self.assignment, student, self.deadline)
         staging = self.staging / student / self.assignment
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
@@ -346,7 +368,8 @@ class _Grader:
         """Move the graded folder into place, marked with what was graded; read the score."""
         staging = self.staging / student / self.assignment
         (staging / MARKER).write_text(json.dumps({
-            "fingerprint": self._fingerprint(student), "status": row.status, "detail": row.detail}))
+            "fingerprint": self._fingerprint(student), "graded_with": self._graded_with(student),
+            "status": row.status, "detail": row.detail}))
         final = self.autograded / student / self.assignment
         final.parent.mkdir(parents=True, exist_ok=True)
         old = final.with_name(f".{self.assignment}.old")
@@ -356,7 +379,7 @@ class _Grader:
         staging.rename(final)
         shutil.rmtree(old, ignore_errors=True)
         shutil.rmtree(self.staging / student, ignore_errors=True)
-        row.score = self._score(student) or 0.0
+        self._read_score(row)
         return row
 
 
@@ -462,7 +485,7 @@ def write_grades_csv(course: Course, assignment: str, rows: list[Row]) -> Path:
     if path.exists():
         with open(path, newline="") as f:
             kept = [r for r in csv.DictReader(f) if r.get("assignment") != assignment]
-    fields = ["student_id", "assignment", "score", "max_score", "status", "detail"]
+    fields = ["student_id", "assignment", "score", "max_score", "status", "detail", "late", "penalty"]
     temporary = path.with_suffix(".csv.tmp")
     with open(temporary, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=fields)
@@ -470,35 +493,39 @@ def write_grades_csv(course: Course, assignment: str, rows: list[Row]) -> Path:
         writer.writerows(kept)
         for r in rows:
             writer.writerow({"student_id": r.student_id, "assignment": r.assignment, "score": f"{r.score:g}",
-                             "max_score": f"{r.max_score:g}", "status": r.status, "detail": r.detail})
+                             "max_score": f"{r.max_score:g}", "status": r.status, "detail": r.detail,
+                             "late": r.late, "penalty": f"{r.penalty:g}" if r.penalty else ""})
     temporary.replace(path)
     return path
 
 
 class _Progress:
-    """A one-line progress bar on stderr (plain lines when stderr is not a terminal)."""
+    """The grading progress bar (tqdm: count, rate and time left) on stderr.
+
+    On a terminal it redraws one line; otherwise (a log) it prints a line per student, with the
+    same count, elapsed time and time left.
+    """
 
     def __init__(self, total: int, stream=None) -> None:
-        self.total, self.done, self.started = total, 0, time.monotonic()
+        from tqdm import tqdm
+
         self.stream = stream if stream is not None else sys.stderr
         self.tty = getattr(self.stream, "isatty", lambda: False)()
+        self.total, self.done, self.started = total, 0, time.monotonic()
+        self.bar = tqdm(total=total, desc="grading", unit="student", file=self.stream, dynamic_ncols=True,
+                        disable=not (self.tty and total))
 
     def advance(self, n: int, label: str = "") -> None:
-        if not n or not self.total:
-            self.done += n
-            return
+        from tqdm import tqdm
+
         self.done += n
-        width = 30
-        filled = int(width * self.done / self.total)
-        line = (f"grading [{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} "
-                f"{time.monotonic() - self.started:5.1f}s {label}")
         if self.tty:
-            self.stream.write("\r" + line.ljust(79))
-        elif label:
-            self.stream.write(line + "\n")
-        self.stream.flush()
+            self.bar.set_postfix_str(label, refresh=False)
+            self.bar.update(n)
+        elif n and label and self.total:
+            self.stream.write(tqdm.format_meter(self.done, self.total, time.monotonic() - self.started,
+                                                prefix="grading", unit="student", postfix=label) + "\n")
+            self.stream.flush()
 
     def close(self) -> None:
-        if self.tty and self.total:
-            self.stream.write("\n")
-            self.stream.flush()
+        self.bar.close()

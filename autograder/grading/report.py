@@ -42,6 +42,7 @@ class Report:
     exercises: list[Exercise]              # worst pass rate first
     not_graded: list[str] = field(default_factory=list)  # in the gradebook, but no test was scored
     statuses: dict[str, int] = field(default_factory=dict)  # from grades.csv, if it has a status column
+    late: dict[str, tuple[str, str]] = field(default_factory=dict)  # student -> (how late, penalty), grades.csv
     histogram: Path | None = None
     pass_rates: Path | None = None
     summary: Path | None = None
@@ -63,6 +64,7 @@ def report(course: Course, assignment: str, out_dir: Path) -> Report:
     """
     result = _read_gradebook(course, assignment)
     result.statuses = _read_statuses(course.grading / "grades.csv", assignment)
+    result.late = _read_late(course.grading / "grades.csv", assignment)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     result.histogram = _plot_scores(result, out_dir / "scores.png")
@@ -89,7 +91,7 @@ def _read_gradebook(course: Course, assignment: str) -> Report:
             if all(g.auto_score is None and g.manual_score is None for g in grades):
                 not_graded.append(submission.student.id)
                 continue
-            scores[submission.student.id] = submission.score
+            scores[submission.student.id] = submission.score - (submission.late_submission_penalty or 0.0)
             max_score = submission.max_score
             for grade in grades:
                 name = f"{grade.notebook.name}: {grade.name}" if several_notebooks else grade.name
@@ -111,6 +113,15 @@ def _read_statuses(grades_csv: Path, assignment: str) -> dict[str, int]:
         rows = [r for r in csv.DictReader(stream) if r.get("assignment", assignment) == assignment]
     counts = Counter(r["status"] for r in rows if r.get("status"))
     return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
+
+
+def _read_late(grades_csv: Path, assignment: str) -> dict[str, tuple[str, str]]:
+    """student -> (how late, penalty points) for late submissions, from grades.csv."""
+    if not grades_csv.exists():
+        return {}
+    with grades_csv.open(newline="", encoding="utf-8") as stream:
+        return {r["student_id"]: (r["late"], r.get("penalty") or "0") for r in csv.DictReader(stream)
+                if r.get("assignment", assignment) == assignment and r.get("late")}
 
 
 def _plot_scores(result: Report, path: Path) -> Path:
@@ -155,6 +166,9 @@ def _summary_text(result: Report) -> str:
     if result.statuses:
         lines.append("- grading status (grades.csv): "
                      + ", ".join(f"{status} {count}" for status, count in result.statuses.items()))
+    if result.late:
+        lines.append(f"- handed in late: {len(result.late)} ("
+                     + ", ".join(f"{s} {late}, penalty {p}" for s, (late, p) in result.late.items()) + ")")
     lines += ["", "## Exercises, worst first", "",
               "| exercise | points | full marks | pass rate |", "|---|---|---|---|"]
     lines += [f"| {e.name} | {e.max_score:g} | {e.passed}/{e.graded} | {100 * e.pass_rate:.0f}% |"

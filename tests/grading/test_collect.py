@@ -88,8 +88,10 @@ def test_folder_of_students_right_and_wrong_names(course_copy, tmp_path):
     dave = results["dave"]  # two wrongly named notebooks: no guess
     assert dave.collected == [] and dave.missing == [NOTEBOOK]
     assert dave.unexpected == ["Untitled.ipynb", "Untitled1.ipynb"]
-    assert dave.summary() == f'dave: nothing collected; missing {NOTEBOOK}; ignored "Untitled.ipynb", "Untitled1.ipynb"'
-    assert not (course.grading / "submitted" / "dave").exists()
+    assert dave.summary() == (f'dave: nothing collected; missing {NOTEBOOK}; ignored "Untitled.ipynb", '
+                              f'"Untitled1.ipynb"; no usable notebook: it will be graded \'invalid notebook\'')
+    # dave handed something in: a submission without the notebook, so that grading gives him a row.
+    assert sorted(p.name for p in _submitted(course, "dave").iterdir()) == ["timestamp.txt"]
 
     erin = results["erin"]
     assert erin.missing == [NOTEBOOK] and erin.unexpected == ["notes.txt"] and not erin.complete
@@ -147,7 +149,8 @@ def test_unsafe_zip_entries_are_refused_and_nothing_is_written_outside_submitted
     assert outside.problems[0] == 'refused "../evil.ipynb": the path leaves the folder (..)'
     assert any("an absolute path" in p and "/tmp/evil4.ipynb" in p for p in outside.problems)
     assert outside.summary().startswith("(outside student folders): refused")
-    written = _files_under(tmp_path) - before
+    # (reading the course's nbgrader settings makes grading/exchange, an empty folder nbgrader wants)
+    written = _files_under(tmp_path) - before - {course.grading / "exchange"}
     submitted = course.grading / "submitted"
     assert written and all(p.is_relative_to(submitted) for p in written), written
     assert not list(tmp_path.rglob("evil*.ipynb")) and not Path("/tmp/evil4.ipynb").exists()
@@ -170,7 +173,9 @@ def test_links_and_special_files_in_a_folder_are_refused(course_copy, tmp_path):
     assert results["alice"].problems == [f'refused "{NOTEBOOK}": a symbolic link']
     assert results["bob"].problems == [f'refused "{NOTEBOOK}": not a regular file']
     assert results[None].problems == ['refused "carol": a symbolic link']
-    assert not (course.grading / "submitted").exists()
+    # alice and bob handed in no usable notebook: a submission without one (grading says so).
+    for student in ("alice", "bob"):
+        assert sorted(p.name for p in _submitted(course, student).iterdir()) == ["timestamp.txt"]
 
 
 def test_invalid_student_ids_are_reported_and_not_collected(course_copy, tmp_path):
@@ -225,8 +230,9 @@ def test_a_200_MB_notebook_in_a_folder_is_refused(course_copy, tmp_path):
 
     assert results["alice"].collected == []
     assert results["alice"].problems == [f"refused {NOTEBOOK}: 200 MB is over the 50 MB limit for a notebook"]
-    assert results["alice"].summary() == f"alice: nothing collected; {results['alice'].problems[0]}"
-    assert not (course.grading / "submitted" / "alice").exists()
+    assert results["alice"].summary() == (f"alice: nothing collected; {results['alice'].problems[0]}; "
+                                          "no usable notebook: it will be graded 'invalid notebook'")
+    assert sorted(p.name for p in _submitted(course, "alice").iterdir()) == ["timestamp.txt"]
     assert results["bob"].complete
 
 
@@ -244,7 +250,7 @@ def test_a_200_MB_notebook_in_a_zip_is_refused_without_reading_it(course_copy, t
     results = _by_student(collect(course, ASSIGNMENT, source))
 
     assert results["alice"].problems == [f"refused {NOTEBOOK}: 210 MB is over the 50 MB limit for a notebook"]
-    assert not (course.grading / "submitted" / "alice").exists()
+    assert not (_submitted(course, "alice") / NOTEBOOK).exists()
     assert results["bob"].complete
 
 
@@ -333,7 +339,7 @@ def test_a_corrupt_zip_entry_is_refused_for_that_student_only(course_copy, tmp_p
 
     assert results["alice"].collected == []
     assert results["alice"].problems[0].startswith(f"refused {NOTEBOOK}: Bad CRC-32")
-    assert not (_submitted(course, "alice")).exists()
+    assert not (_submitted(course, "alice") / NOTEBOOK).exists()
     assert (_submitted(course, "bob") / NOTEBOOK).read_bytes() == b'{"marker": "BOB-DATA"}'
 
 
@@ -345,3 +351,20 @@ def test_the_demo_class_collects_cleanly(course_copy):
         assert r.complete and r.summary() == f"{r.student_id}: collected {NOTEBOOK}"
         assert (_submitted(course_copy, r.student_id) / NOTEBOOK).read_bytes() == \
             (DEMO_ROOT / ASSIGNMENT / r.student_id / NOTEBOOK).read_bytes()
+
+
+def test_a_student_folders_timestamp_txt_is_the_time_handed_in(course_copy, tmp_path):
+    """nbgrader's own submitted folders carry timestamp.txt: it is the submission time, not a stray file."""
+    course = course_copy
+    source = tmp_path / "download"
+    for student, stamp in {"alice": "2026-03-16 20:00:00.000000 UTC", "bob": "yesterday-ish"}.items():
+        (source / student).mkdir(parents=True)
+        (source / student / NOTEBOOK).write_bytes(_notebook_bytes(course, student))
+        (source / student / "timestamp.txt").write_text(stamp)
+
+    results = _by_student(collect(course, ASSIGNMENT, source))
+
+    assert results["alice"].summary() == f"alice: collected {NOTEBOOK}"
+    assert _nbgrader_timestamp(_submitted(course, "alice")) == datetime(2026, 3, 16, 20, 0, 0)
+    assert results["bob"].collected == [NOTEBOOK]
+    assert "timestamp.txt is not a time nbgrader reads" in results["bob"].problems[0]

@@ -9,6 +9,7 @@ checks that the committed demo is exactly what this script writes. Expected scor
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -47,6 +48,63 @@ def _with_bug(answers: dict[str, str], grade_id: str, right: str, wrong: str) ->
     if right not in answers[grade_id]:
         raise CourseError(f"make_demo: '{right}' is no longer in the solution of '{grade_id}'; update make_demo.py")
     return {**answers, grade_id: answers[grade_id].replace(right, wrong)}
+
+
+# ivy answers in her own way, right but unlike the solution; jon hands in ivy's work with the names
+# changed and comments added (what `python -m autograder similarity` is for).
+IVY = {
+    "cube": """class Cube(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        squared = torch.mul(x, x)
+        ctx.save_for_backward(squared)
+        return torch.mul(squared, x)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (squared,) = ctx.saved_tensors
+        slope = squared.mul(3.0)
+        return slope.mul(grad_output)""",
+    "sqrt": """class Sqrt(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        root = torch.pow(x, 0.5)
+        ctx.save_for_backward(root)
+        return root
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (root,) = ctx.saved_tensors
+        half_inverse = torch.reciprocal(root).mul(0.5)
+        return half_inverse.mul(grad_output)""",
+    "poly_function": """class PolyFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x1, x2):
+        ctx.save_for_backward(x1, x2)
+        cubic = torch.pow(x1, 3)
+        quadratic = torch.pow(x2, 2)
+        return torch.add(cubic, quadratic)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        x1, x2 = ctx.saved_tensors
+        d_x1 = torch.pow(x1, 2).mul(3.0).mul(grad_output)
+        d_x2 = x2.mul(2.0).mul(grad_output)
+        return d_x1, d_x2""",
+}
+RENAMED = {"squared": "sq", "slope": "factor", "root": "r", "half_inverse": "inv_half", "cubic": "first_term",
+           "quadratic": "second_term", "d_x1": "grad1", "d_x2": "grad2"}
+
+
+def copied(answers: dict[str, str]) -> dict[str, str]:
+    """``answers`` as a student who copies them hands them in: names changed, a comment added."""
+    result = {}
+    for grade_id, code in answers.items():
+        for old, new in RENAMED.items():
+            code = re.sub(rf"\b{old}\b", new, code)
+        result[grade_id] = "# my solution\n" + code.replace("    @staticmethod\n    def backward",
+                                                              "    @staticmethod  # gradient\n    def backward")
+    return result
 
 
 def demo_notebooks(course: Course) -> dict[str, str]:

@@ -1,0 +1,89 @@
+"""Due dates, extensions and late penalties: set by the `deadline` command, applied by `grade`."""
+
+from __future__ import annotations
+
+import shutil
+from datetime import datetime
+
+import pytest
+
+from autograder.authoring.course import CourseError
+from autograder.cli import main
+from autograder.grading import deadlines
+from autograder.grading.deadlines import LatePenalty, Policy, describe_lateness, parse_extension, penalty
+from autograder.grading.demo.make_demo import ASSIGNMENT, DEMO_ROOT
+from test_grading import autograder, grades_csv
+
+NOTEBOOK = f"{ASSIGNMENT}.ipynb"
+HOUR = 3600.0
+
+
+def test_the_penalty_per_period_started_capped_after_grace():
+    assert penalty(10, 0, 10, HOUR, 100, 0, False) is None
+    assert penalty(10, 1, 10, HOUR, 100, 0, False) == 1.0          # an hour started
+    assert penalty(10, 3 * HOUR + 1, 10, HOUR, 100, 0, False) == 4.0
+    assert penalty(10, 30 * HOUR, 10, HOUR, 50, 0, False) == 5.0   # capped at 50%
+    assert penalty(10, 10 * 60, 10, HOUR, 100, 15 * 60, False) is None  # within the grace
+    assert penalty(10, 1, 0, HOUR, 100, 0, False) is None          # marked late, no penalty
+    assert penalty(7, 1, 0, HOUR, 100, 0, True) == 7               # nbgrader's 'zero'
+    plugin = LatePenalty(percent=25, period_seconds=86400)         # nbgrader's hook, configured
+    assert plugin.late_submission_penalty("ada", 8.0, 86400 + 1) == 4.0
+    assert describe_lateness(0) == "" and describe_lateness(90) == "2 min"
+    assert describe_lateness(26 * HOUR + 60) == "1 day 2 h" and describe_lateness(3 * HOUR + 300) == "3 h 5 min"
+    assert parse_extension("ben=2d") == ("ben", 48.0) and parse_extension("eli=90m") == ("eli", 1.5)
+    with pytest.raises(CourseError, match="STUDENT=DURATION"):
+        parse_extension("ben 2 days")
+
+
+def test_the_deadline_command_keeps_the_policy(course_copy, monkeypatch, capsys):
+    monkeypatch.setenv("AUTOGRADER_COURSE_ROOT", str(course_copy.root))
+    assert main(["deadline", ASSIGNMENT, "--extend", "ben=1d"]) == 2  # no due date yet
+    assert "has no due date" in capsys.readouterr().err
+    assert main(["deadline", ASSIGNMENT, "--due", "2026-03-15T23:59:00+01:00", "--penalty", "10",
+                 "--per", "day", "--max", "50", "--extend", "ben=2d", "--extend", "eli=36h"]) == 0
+    out = capsys.readouterr().out
+    assert ("due 2026-03-15 22:59 UTC; late penalty 10% of the score per day started, at most 50%; "
+            "extensions: ben +2 days, eli +1 day 12 h") in out
+    assert main(["deadline", ASSIGNMENT, "--extend", "eli=0"]) == 0
+    policy = deadlines.load(course_copy, ASSIGNMENT)
+    assert policy.extensions == {"ben": 48.0} and policy.percent == 10 and policy.per == "day"
+    assert policy.deadline_for("ben") == datetime.fromisoformat("2026-03-17T22:59:00+00:00")
+    assert main(["deadline", ASSIGNMENT, "--due", "next blue moon"]) == 2
+    assert "cannot read the due date" in capsys.readouterr().err
+
+
+def _blackboard_download(folder, attempts: dict[str, str]):
+    """ada's full-marks notebook handed in by each student at the given time (Blackboard's file names)."""
+    folder.mkdir()
+    for student, when in attempts.items():
+        shutil.copy(DEMO_ROOT / ASSIGNMENT / "ada" / NOTEBOOK, folder / f"A1_{student}_attempt_{when}_{NOTEBOOK}")
+    return folder
+
+
+@pytest.mark.slow
+def test_late_work_is_marked_and_penalised_and_an_extension_regrades_only_its_student(course_copy, tmp_path):
+    course = course_copy
+    local = datetime(2026, 3, 15, 12, 0).astimezone()  # file-name times are this machine's local time
+    due = local.isoformat()
+    download = _blackboard_download(tmp_path / "bb", {
+        "early": "2026-03-15-11-00-00", "late": "2026-03-15-16-30-00", "later": "2026-03-18-12-00-00"})
+    autograder(course, "collect", ASSIGNMENT, str(download))
+    autograder(course, "deadline", ASSIGNMENT, "--due", due, "--penalty", "10", "--max", "30")
+
+    first = autograder(course, "grade", ASSIGNMENT)
+
+    rows = grades_csv(course)
+    assert rows["early"]["late"] == "" and float(rows["early"]["score"]) == 11
+    assert rows["late"]["late"] == "4 h 30 min" and float(rows["late"]["penalty"]) == pytest.approx(3.3)
+    assert float(rows["late"]["score"]) == pytest.approx(7.7)  # 5 hours started: 50%, capped at 30%
+    assert rows["later"]["late"] == "3 days" and float(rows["later"]["score"]) == pytest.approx(7.7)
+    assert "late 4 h 30 min, -3.3 points" in first.stdout
+
+    autograder(course, "deadline", ASSIGNMENT, "--extend", "late=5h")
+    second = autograder(course, "grade", ASSIGNMENT)
+
+    assert ("regraded 1 submission because the due date, an extension or the late penalty changed: late"
+            in second.stdout)
+    rows = grades_csv(course)
+    assert rows["late"]["late"] == "" and float(rows["late"]["score"]) == 11
+    assert float(rows["later"]["score"]) == pytest.approx(7.7)

@@ -1,0 +1,191 @@
+"""Collecting LMS downloads shaped like Canvas's, Moodle's and Blackboard's, and any layout by regexp."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from datetime import datetime, timezone
+
+import pytest
+from nbgrader.coursedir import CourseDirectory
+
+from autograder.authoring.course import CourseError
+from autograder.grading.collect import collect
+from autograder.grading.lms import Layout, Roster, RosterStudent, detect, resubmission_key
+
+ASSIGNMENT = "01_first_function"
+NOTEBOOK = f"{ASSIGNMENT}.ipynb"
+ROSTER = Roster([
+    RosterStudent("jdoe", "Jane", "Doe", "jane@uni.edu", "12345"),
+    RosterStudent("bsmith", "Bob", "Smith", "bob@uni.edu", "22222"),
+    RosterStudent("jnunez", "José", "Núñez", "jose@uni.edu", "33333"),
+    RosterStudent("llei", "Lei", "Li", "", ""),
+])
+
+
+def _zip(path, entries: dict[str, tuple[bytes, tuple]]):
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, (data, date) in entries.items():
+            archive.writestr(zipfile.ZipInfo(name, date_time=date), data)
+    return path
+
+
+def _submitted(course, student):
+    return course.grading / "submitted" / student / ASSIGNMENT
+
+
+def _by_student(results):
+    return {r.student_id: r for r in results}
+
+
+def _timestamp(folder) -> datetime:
+    return CourseDirectory().get_existing_timestamp(str(folder))
+
+
+def _local(*date) -> datetime:
+    """A zip or file-name date (local time) as nbgrader reads it back from timestamp.txt (naive UTC)."""
+    return datetime(*date).astimezone(timezone.utc).replace(tzinfo=None)
+
+
+MARCH = (2026, 3, 14, 9, 0, 0)
+LATER = (2026, 3, 16, 18, 30, 0)
+
+
+def test_canvas_flat_zip_maps_lms_ids_through_the_roster(course_copy, tmp_path):
+    source = _zip(tmp_path / "submissions.zip", {
+        f"doejane_12345_67890_{NOTEBOOK}": (b"jane", MARCH),
+        f"smithbob_LATE_22222_67891_{NOTEBOOK}": (b"bob, late", LATER),
+        # José resubmitted: Canvas names the second upload -1; the latest wins.
+        f"núñezjosé_33333_67892_{NOTEBOOK}": (b"jose first", MARCH),
+        f"núñezjosé_33333_67999_{ASSIGNMENT}-1.ipynb": (b"jose second", LATER),
+        f"strangerx_99999_67893_{NOTEBOOK}": (b"not on the roster", MARCH),
+    })
+
+    results = collect(course_copy, ASSIGNMENT, source, roster=ROSTER)
+    by_student = _by_student(results)
+
+    assert sorted(by_student) == ["bsmith", "jdoe", "jnunez", "strangerx"]
+    assert (_submitted(course_copy, "jdoe") / NOTEBOOK).read_bytes() == b"jane"
+    assert by_student["jdoe"].complete and not by_student["jdoe"].needs_attention
+    assert by_student["bsmith"].notes == ["marked late by the LMS"]
+    assert _timestamp(_submitted(course_copy, "bsmith")) == _local(*LATER)
+    jose = by_student["jnunez"]
+    assert (_submitted(course_copy, "jnunez") / NOTEBOOK).read_bytes() == b"jose second"
+    assert len(jose.notes) == 1 and jose.notes[0].startswith(
+        f'resubmitted: kept the latest, "{ASSIGNMENT}-1.ipynb"') and f'not "{NOTEBOOK}"' in jose.notes[0]
+    assert "resubmitted" in jose.summary()
+    stranger = by_student["strangerx"]
+    assert (_submitted(course_copy, "strangerx") / NOTEBOOK).read_bytes() == b"not on the roster"
+    assert stranger.needs_attention and "is not on the roster" in stranger.warnings[0]
+    assert "LMS id 99999" in stranger.summary()
+
+
+def test_moodle_folders_with_spaces_and_accents(course_copy, tmp_path):
+    source = _zip(tmp_path / "moodle.zip", {
+        f"Jane Doe_12345_assignsubmission_file_/{NOTEBOOK}": (b"jane", MARCH),
+        # Matched by name: José's roster row has his LMS id under another number; names still match.
+        "José Núñez_777_assignsubmission_file_/Untitled.ipynb": (b"jose", MARCH),
+        "Li Lei_444_assignsubmission_onlinetext_/onlinetext.html": (b"<p>I had no time</p>", MARCH),
+        f"Zoë Q_555_assignsubmission_file_/{NOTEBOOK}": (b"zoe", MARCH),
+    })
+
+    by_student = _by_student(collect(course_copy, ASSIGNMENT, source, roster=ROSTER))
+
+    assert (_submitted(course_copy, "jdoe") / NOTEBOOK).read_bytes() == b"jane"
+    jose = by_student["jnunez"]
+    assert jose.renamed == {NOTEBOOK: "Untitled.ipynb"}
+    assert (_submitted(course_copy, "jnunez") / NOTEBOOK).read_bytes() == b"jose"
+    # Li Lei handed in only online text: no notebook, graded 'invalid notebook'.
+    lei = by_student["llei"]
+    assert lei.collected == [] and lei.missing == [NOTEBOOK] and lei.needs_attention
+    assert sorted(p.name for p in _submitted(course_copy, "llei").iterdir()) == ["timestamp.txt"]
+    # Not on the roster: collected under an id made from the name, and reported.
+    assert (_submitted(course_copy, "Zoe_Q") / NOTEBOOK).read_bytes() == b"zoe"
+    assert '"Zoë Q" (LMS id 555) is not on the roster: collected as Zoe_Q' in by_student["Zoe_Q"].warnings[0]
+
+
+def test_blackboard_attempts_latest_wins_with_its_time(course_copy, tmp_path):
+    source = tmp_path / "gradebook_download"
+    source.mkdir()
+    for name, data in {
+        f"Assignment 1_jdoe_attempt_2026-03-14-09-26-52_{NOTEBOOK}": b"first attempt",
+        "Assignment 1_jdoe_attempt_2026-03-14-09-26-52.txt": b"receipt",
+        f"Assignment 1_jdoe_attempt_2026-03-15-10-00-00_{NOTEBOOK}": b"second attempt",
+        "Assignment 1_jdoe_attempt_2026-03-15-10-00-00.txt": b"receipt",
+        f"Assignment 1_bsmith_attempt_2026-03-13-08-00-00_{NOTEBOOK}": b"bob",
+    }.items():
+        (source / name).write_bytes(data)
+
+    results = collect(course_copy, ASSIGNMENT, source, roster=ROSTER)
+    by_student = _by_student(results)
+
+    assert sorted(by_student) == ["bsmith", "jdoe"]  # receipts are not reported
+    assert (_submitted(course_copy, "jdoe") / NOTEBOOK).read_bytes() == b"second attempt"
+    assert _timestamp(_submitted(course_copy, "jdoe")) == _local(2026, 3, 15, 10, 0, 0)
+    assert "resubmitted: kept the latest" in by_student["jdoe"].notes[0]
+    assert "2026-03-14" in by_student["jdoe"].notes[0]
+    assert not any(r.needs_attention for r in results)
+
+
+def test_an_instructors_regexp_with_nbgraders_named_groups(course_copy, tmp_path):
+    source = _zip(tmp_path / "other-lms.zip", {
+        f"ps1/jdoe--2026-03-14T09:00:00+00:00--{NOTEBOOK}": (b"jane", MARCH),
+        f"ps1/bsmith--2026-03-14T10:00:00+00:00--{NOTEBOOK}": (b"bob", MARCH),
+        "ps1/README.txt": (b"nothing", MARCH),
+    })
+    regexp = r"ps1/(?P<student_id>\w+)--(?P<timestamp>[0-9T:+-]+)--(?P<file_id>.+\.ipynb)"
+
+    results = collect(course_copy, ASSIGNMENT, source, regexp=regexp, roster=ROSTER)
+    by_student = _by_student(results)
+
+    assert (_submitted(course_copy, "bsmith") / NOTEBOOK).read_bytes() == b"bob"
+    assert _timestamp(_submitted(course_copy, "jdoe")) == datetime(2026, 3, 14, 9, 0, 0)
+    assert by_student[None].unexpected == ["ps1/README.txt"]
+    with pytest.raises(CourseError, match="needs the named groups"):
+        collect(course_copy, ASSIGNMENT, source, regexp=r"(?P<who>\w+)")
+    with pytest.raises(CourseError, match="is not valid"):
+        collect(course_copy, ASSIGNMENT, source, regexp=r"(?P<student_id")
+
+
+def test_layouts_are_detected_from_the_files():
+    def detected(*paths):
+        return detect([tuple(p.split("/")) for p in paths]).name
+
+    assert detected(f"doejane_12345_67890_{NOTEBOOK}") == "canvas"
+    assert detected(f"Jane Doe_12345_assignsubmission_file_/{NOTEBOOK}") == "moodle"
+    assert detected(f"A 1_jdoe_attempt_2026-03-14-09-26-52_{NOTEBOOK}") == "blackboard"
+    assert detected(f"jdoe/{NOTEBOOK}", f"bsmith/{NOTEBOOK}") == "folders"
+    assert Layout.named("canvas").match((f"doejane_LATE_1_2_{NOTEBOOK}",))["late"] == "LATE"
+    assert resubmission_key(f"{ASSIGNMENT}-2.ipynb") == (NOTEBOOK, 2)
+    assert resubmission_key(f"{ASSIGNMENT} (3).ipynb") == (NOTEBOOK, 3)
+    assert resubmission_key(NOTEBOOK) == (NOTEBOOK, 0)
+
+
+def test_the_roster_in_the_gradebook_maps_canvas_ids_and_the_cli_exit_says_what_to_do(course_copy, tmp_path):
+    """Through the command line, with the roster imported into the real gradebook."""
+    course = course_copy
+    (tmp_path / "class.csv").write_text("id,first_name,last_name,lms_user_id\njdoe,Jane,Doe,12345\n"
+                                        "bsmith,Bob,Smith,22222\n", encoding="utf-8")
+    released = (course.release / ASSIGNMENT / NOTEBOOK).read_bytes()
+    messy = _zip(tmp_path / "messy.zip", {f"doejane_12345_1_{NOTEBOOK}": (released, MARCH),
+                                          f"smithbob_22222_2_{NOTEBOOK}": (released, MARCH),
+                                          f"whoisthis_424242_3_{NOTEBOOK}": (released, MARCH)})
+    nothing = _zip(tmp_path / "nothing.zip", {"jdoe/notes.txt": (b"no notebook", MARCH)})
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "autograder", *args], cwd=course.root,
+                              env=course.environment(), capture_output=True, text=True, timeout=300)
+
+    assert run("roster", str(tmp_path / "class.csv")).returncode == 0
+    skipped = run("collect", ASSIGNMENT, str(messy))
+    assert skipped.returncode == 1
+    assert f"bsmith: collected {NOTEBOOK}\njdoe: collected {NOTEBOOK}\n" in skipped.stdout
+    assert "whoisthis" in skipped.stdout and "not on the roster" in skipped.stdout
+    assert "3 students collected, 1 with problems" in skipped.stdout
+    assert "collect again" in skipped.stderr and "Traceback" not in skipped.stderr
+    assert (_submitted(course, "jdoe") / NOTEBOOK).read_bytes() == released
+
+    empty = run("collect", ASSIGNMENT, str(nothing))
+    assert empty.returncode == 1 and "0 students collected" in empty.stdout
+    assert "no notebook of 01_first_function was collected" in empty.stderr
