@@ -91,7 +91,7 @@ def execute(cells: list[dict], cwd: str, limits: Limits = Limits(),
                             name="autograder-notebook", daemon=True)
     child.start()
     send.close()
-    running, cell_started, timed_out = None, time.monotonic(), False
+    running, cell_started, timed_out, finished = None, time.monotonic(), False, False
     try:
         while True:
             limit = min(limits.after_timeout, limits.cell_timeout) if timed_out else limits.cell_timeout
@@ -112,6 +112,7 @@ def execute(cells: list[dict], cwd: str, limits: Limits = Limits(),
                         result.status, result.cell = status, index
                     timed_out = timed_out or status == "timed out"
                 elif kind == "done":
+                    finished = True
                     break
                 elif kind == "crash":
                     # Student code runs in this process and can break it too (or the grader has a bug):
@@ -144,7 +145,12 @@ def execute(cells: list[dict], cwd: str, limits: Limits = Limits(),
         why = _death(child.exitcode)
         _append(result, running, _error("DeadKernelError", f"the kernel died while running this cell ({why})"))
         result.status, result.cell, result.detail = "kernel died", running, why
-    if result.status in ("kernel died", "timed out") and running is not None:
+    elif not finished and result.status == "graded":
+        # The process ended without saying it was done, between cells or before the first one
+        # (it could not even start): cells that never ran must not count as passed.
+        why = _death(child.exitcode)
+        result.status, result.detail = "kernel died", f"the notebook's process ended early ({why})"
+    if result.status in ("kernel died", "timed out") and (running is not None or not finished):
         for index, cell in enumerate(cells):
             if cell.get("cell_type") == "code" and index not in result.outputs:
                 result.outputs[index] = [_error(

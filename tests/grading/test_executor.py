@@ -1,5 +1,9 @@
 """The executor's verdict on a cell does not depend on IPython managing to show the error."""
 
+import json
+import subprocess
+import sys
+
 from autograder.grading.executor import Limits, execute
 
 
@@ -23,3 +27,18 @@ def test_a_failing_cell_fails_even_when_its_traceback_cannot_be_shown(tmp_path):
 def test_a_passing_cell_gets_no_error(tmp_path):
     result = execute([_code("x = 1\nassert x == 1\n")], str(tmp_path), Limits(cell_timeout=30))
     assert result.outputs[0] == [] and result.status == "graded"
+
+
+def test_cells_that_never_ran_never_count_as_passed(tmp_path):
+    # A program read from stdin cannot be re-imported by the forkserver, so the notebook's
+    # process dies before its first cell (found by calling check from `python - <<EOF`).
+    # Every cell must then fail as "not run", not pass for want of an error.
+    program = ("import json, sys\n"
+               "from autograder.grading.executor import Limits, execute\n"
+               "cells = [{'cell_type': 'code', 'source': 'assert False'}, {'cell_type': 'code', 'source': 'x = 1'}]\n"
+               f"result = execute(cells, {str(tmp_path)!r}, Limits(cell_timeout=30))\n"
+               "print(json.dumps({'status': result.status, 'errors': {i: [o.get('ename') for o in outs]\n"
+               "                  for i, outs in result.outputs.items()}}))\n")
+    run = subprocess.run([sys.executable, "-"], input=program, capture_output=True, text=True, timeout=300)
+    verdict = json.loads(run.stdout.strip().splitlines()[-1])
+    assert verdict == {"status": "kernel died", "errors": {"0": ["NotRunError"], "1": ["NotRunError"]}}, run.stderr
