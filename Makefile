@@ -14,7 +14,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 .DEFAULT_GOAL := help
 .PHONY: help install lab test release validate clean browser postgres book benchmark \
-        roster collect grade feedback report demo bench-grade
+        roster collect deadline grade feedback report similarity export-grades demo bench-grade
 
 help:  ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -46,6 +46,9 @@ validate: install  ## Solutions earn full marks; the blank release earns none
 # grade, feedback and report with the same A (see `python -m autograder COMMAND --help`).
 A ?= 01_first_function
 SOURCE ?=
+LAYOUT ?=
+DUE ?=
+PENALTY ?=
 ROSTER ?=
 JOBS ?=
 N ?= 40
@@ -54,9 +57,13 @@ roster: install  ## Add the class list ROSTER (CSV: id, first_name, last_name, e
 	@test -n "$(ROSTER)" || { echo "usage: make roster ROSTER=<class list .csv>"; exit 2; }
 	$(BIN)/python -m autograder roster $(ROSTER)
 
-collect: install  ## Put submissions from SOURCE (folder or zip) into grading/ for assignment A
-	@test -n "$(SOURCE)" || { echo "usage: make collect A=<assignment> SOURCE=<folder or .zip>"; exit 2; }
-	$(BIN)/python -m autograder collect $(A) $(SOURCE)
+collect: install  ## Put submissions from SOURCE (LMS zip or folder; LAYOUT=canvas|moodle|blackboard|folders) into grading/
+	@test -n "$(SOURCE)" || { echo "usage: make collect A=<assignment> SOURCE=<folder or .zip> [LAYOUT=canvas]"; exit 2; }
+	$(BIN)/python -m autograder collect $(A) $(SOURCE) $(if $(LAYOUT),--layout $(LAYOUT))
+
+deadline: install  ## Set A's due date DUE and late PENALTY (percent per hour); extensions: python -m autograder deadline --help
+	@test -n "$(DUE)" || { echo "usage: make deadline A=<assignment> DUE='2026-03-15 23:59' [PENALTY=10]"; exit 2; }
+	$(BIN)/python -m autograder deadline $(A) --due "$(DUE)" $(if $(PENALTY),--penalty $(PENALTY))
 
 grade: install  ## Autograde every collected submission of A in parallel; writes grading/grades.csv
 	$(BIN)/python -m autograder grade $(A) $(if $(JOBS),--jobs $(JOBS))
@@ -67,7 +74,13 @@ feedback: install  ## Per-student HTML feedback for A in grading/feedback/
 report: install  ## Score histogram and per-exercise pass rates for A in grading/reports/
 	$(BIN)/python -m autograder report $(A)
 
-demo: install  ## Instructor quick start: roster, collect, grade, feedback and report the demo class
+similarity: install  ## Flag pairs of students of A with similar answers: grading/reports/A/similarity.html
+	$(BIN)/python -m autograder similarity $(A)
+
+export-grades: install  ## Grades of A for the LMS in grading/exports/A/: Canvas CSV, CSV with lms_user_id, per test
+	$(BIN)/python -m autograder export $(A)
+
+demo: install  ## Instructor quick start: the whole workflow (deadline, similarity, export too) on the demo class
 	$(BIN)/python -m autograder demo
 
 bench-grade: install  ## Time `grade` and sequential `nbgrader autograde` (whole commands) on N (40) submissions

@@ -199,12 +199,15 @@ def _report(args, course: Course) -> int:
 
 
 def _demo(args, course: Course) -> int:
-    """Roster, collect, grade, give feedback on and report the bundled demo class of assignment 01."""
-    from autograder.grading.demo.make_demo import ASSIGNMENT as DEMO_ASSIGNMENT, DEMO_ROOT
+    """The whole term on the bundled demo class of assignment 01: roster, collect, deadline, grade, feedback,
+    report, similarity, export."""
+    from autograder.grading.demo.make_demo import ASSIGNMENT as DEMO_ASSIGNMENT, DEADLINE_OPTIONS, DEMO_ROOT
 
     steps = [["roster", str(DEMO_ROOT / "roster.csv")],
-             ["collect", DEMO_ASSIGNMENT, str(DEMO_ROOT / DEMO_ASSIGNMENT)], ["grade", DEMO_ASSIGNMENT],
-             ["feedback", DEMO_ASSIGNMENT], ["report", DEMO_ASSIGNMENT]]
+             ["collect", DEMO_ASSIGNMENT, str(DEMO_ROOT / DEMO_ASSIGNMENT)],
+             ["deadline", DEMO_ASSIGNMENT, *DEADLINE_OPTIONS], ["grade", DEMO_ASSIGNMENT],
+             ["feedback", DEMO_ASSIGNMENT], ["report", DEMO_ASSIGNMENT], ["similarity", DEMO_ASSIGNMENT],
+             ["export", DEMO_ASSIGNMENT]]
     for step in steps:
         print(f"\n$ python -m autograder {' '.join(step)}")
         sys.stdout.flush()
@@ -378,9 +381,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=None, help="folder for the report")
     p.set_defaults(run=_report)
 
-    p = commands.add_parser("demo", help="roster, collect, grade, give feedback on and report the demo class",
+    p = commands.add_parser("demo", help="run the instructor's whole workflow on the demo class",
                             description="Run the instructor workflow on the bundled demo class of "
-                                        "assignment 01 (autograder/demo/): roster, collect, grade, feedback, report.")
+                                        "assignment 01 (autograder/grading/demo/): roster, collect, deadline "
+                                        "(a late student, an extension), grade, feedback, report, similarity "
+                                        "(a copied pair) and export (Canvas's CSV).")
     p.set_defaults(run=_demo)
 
     p = commands.add_parser("bench", help="time this grader against sequential nbgrader autograde",

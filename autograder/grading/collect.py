@@ -19,7 +19,7 @@ import stat
 import uuid
 import zipfile
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import BinaryIO, Callable
@@ -88,6 +88,7 @@ class _Entry:
     modified: datetime  # UTC
     open: Callable[[], BinaryIO]
     refused: str = ""  # why it may not be collected (a link, not a regular file, encrypted)
+    empty_folder: bool = False  # not a file: a folder with nothing in it (a student who handed in nothing)
 
 
 def collect(course: Course, assignment: str, source: Path, *, layout: str | None = None,
@@ -150,6 +151,13 @@ def _collect_entries(entries: list[_Entry], outside: CollectResult, described: s
     results: dict[str, CollectResult] = {}
     unknown: dict[str, CollectResult] = {}
     for entry in entries:
+        if entry.empty_folder:  # read as if it held a file, so the layout says whose folder it is
+            groups = layout.match(entry.parts + ("_",)) if layout.on == "path" else None
+            student, _ = how.roster.resolve(groups) if groups and groups.get("file_id") else (None, "")
+            if student is not None:
+                results.setdefault(student, CollectResult(student))
+                students.setdefault(student, [])
+            continue
         groups = layout.match(entry.parts)
         if groups is not None and "receipt" in groups:
             continue  # Blackboard's submission receipt: nothing to collect
@@ -333,6 +341,10 @@ def _folder_entries(folder: Path) -> list[_Entry]:
                 continue
             info = path.lstat()
             if stat.S_ISDIR(info.st_mode):
+                if not any(not _is_junk(Path(d, f).relative_to(folder).parts)
+                           for d, _, fs in os.walk(path) for f in fs):
+                    entries.append(_Entry(parts, 0, datetime.fromtimestamp(info.st_mtime, timezone.utc),
+                                          lambda: None, empty_folder=True))
                 continue
             refused = ("a symbolic link" if stat.S_ISLNK(info.st_mode)
                        else "" if stat.S_ISREG(info.st_mode) else "not a regular file")
@@ -353,6 +365,9 @@ def _zip_entries(archive: zipfile.ZipFile, outside: CollectResult) -> list[_Entr
         if ".." in parts:
             outside.problems.append(f'refused "{_shown(info.filename)}": the path leaves the folder (..)')
             continue
+        if info.is_dir() and parts and not _is_junk(parts):
+            entries.append(_Entry(parts, 0, datetime(*info.date_time).astimezone(timezone.utc), lambda: None,
+                                  empty_folder=True))  # dropped below if anything is in it
         if info.is_dir() or not parts or _is_junk(parts):
             continue
         mode = info.external_attr >> 16
@@ -362,7 +377,9 @@ def _zip_entries(archive: zipfile.ZipFile, outside: CollectResult) -> list[_Entr
         # Zip dates have no time zone; like unzip, read them as this machine's local time.
         modified = datetime(*info.date_time).astimezone(timezone.utc)
         entries.append(_Entry(parts, info.file_size, modified, lambda info=info: archive.open(info), refused))
-    return entries
+    files = [e.parts for e in entries if not e.empty_folder]
+    return [e for e in entries if not e.empty_folder
+            or not any(len(f) > len(e.parts) and f[:len(e.parts)] == e.parts for f in files)]
 
 
 def _without_wrapper_folder(entries: list[_Entry]) -> list[_Entry]:
@@ -371,7 +388,7 @@ def _without_wrapper_folder(entries: list[_Entry]) -> list[_Entry]:
     wrapped = (len(tops) == 1 and all(len(e.parts) > 1 for e in entries)
                and any(len(e.parts) > 2 for e in entries)
                and not any(len(e.parts) == 2 and e.parts[1].lower().endswith(".ipynb") for e in entries))
-    return [_Entry(e.parts[1:], e.size, e.modified, e.open, e.refused) for e in entries] if wrapped else entries
+    return [replace(e, parts=e.parts[1:]) for e in entries if len(e.parts) > 1] if wrapped else entries
 
 
 def _is_junk(parts: tuple[str, ...]) -> bool:

@@ -14,7 +14,8 @@ Only this process writes to the gradebook, so parallel grading never meets a loc
 lock file keeps two grading runs from interleaving. A submission whose marker matches its
 files and what grades them (the assignment's source and tests, the grader's version:
 ``autograder.grading.fingerprint``) is not graded again, so an interrupted run resumes where it
-stopped, a second run changes nothing, and a fixed test regrades that assignment's submissions. ``grades.csv`` gets one row per student with a status saying what happened.
+stopped, a second run changes nothing, and a fixed test regrades that assignment's submissions.
+``grades.csv`` gets one row per student with a status saying what happened, how late and the penalty.
 """
 
 from __future__ import annotations

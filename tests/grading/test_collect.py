@@ -293,11 +293,12 @@ def test_unusable_sources_are_one_clear_error(course_copy, tmp_path):
     with pytest.raises(CollectError, match="no student folders in zip file"):
         collect(course, ASSIGNMENT, empty_zip)
 
-    only_dirs = tmp_path / "only-dirs.zip"
-    with zipfile.ZipFile(only_dirs, "w") as archive:
-        archive.writestr("alice/", b"")
+    junk_only = tmp_path / "junk-only.zip"
+    with zipfile.ZipFile(junk_only, "w") as archive:
+        archive.writestr("__MACOSX/", b"")
+        archive.writestr(".DS_Store", b"")
     with pytest.raises(CollectError, match="no student folders"):
-        collect(course, ASSIGNMENT, only_dirs)
+        collect(course, ASSIGNMENT, junk_only)
 
     (tmp_path / "empty-folder").mkdir()
     with pytest.raises(CollectError, match="no student folders in folder"):
@@ -368,3 +369,25 @@ def test_a_student_folders_timestamp_txt_is_the_time_handed_in(course_copy, tmp_
     assert _nbgrader_timestamp(_submitted(course, "alice")) == datetime(2026, 3, 16, 20, 0, 0)
     assert results["bob"].collected == [NOTEBOOK]
     assert "timestamp.txt is not a time nbgrader reads" in results["bob"].problems[0]
+
+
+def test_an_empty_student_folder_is_a_submission_without_a_notebook(course_copy, tmp_path):
+    """In a folder or a zip: the student gets a row ('invalid notebook') when graded, not silence."""
+    course = course_copy
+    source = tmp_path / "download"
+    (source / "alice").mkdir(parents=True)
+    (source / "alice" / NOTEBOOK).write_bytes(_notebook_bytes(course, "alice"))
+    (source / "erin" / ".ipynb_checkpoints").mkdir(parents=True)  # only junk in it: empty
+    zipped = tmp_path / "download.zip"
+    with zipfile.ZipFile(zipped, "w") as archive:
+        archive.writestr("bob/", b"")
+        archive.writestr("carol/", b"")
+        archive.writestr("carol/" + NOTEBOOK, _notebook_bytes(course, "carol"))
+
+    from_folder = _by_student(collect(course, ASSIGNMENT, source))
+    from_zip = _by_student(collect(course, ASSIGNMENT, zipped))
+
+    assert from_folder["alice"].complete and from_zip["carol"].complete
+    for empty in (from_folder["erin"], from_zip["bob"]):
+        assert empty.collected == [] and empty.missing == [NOTEBOOK] and empty.needs_attention
+        assert sorted(p.name for p in _submitted(course, empty.student_id).iterdir()) == ["timestamp.txt"]

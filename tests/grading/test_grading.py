@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -17,7 +18,8 @@ from autograder.grading.demo.make_demo import ASSIGNMENT, DEMO_ROOT
 from conftest import REPO, nbgrader_meta, read_notebook, source
 
 EXPECTED = json.loads((DEMO_ROOT / "expected_scores.json").read_text())
-COMMANDS = ["release", "validate", "check", "roster", "collect", "grade", "feedback", "report", "demo", "bench"]
+COMMANDS = ["release", "validate", "check", "roster", "collect", "deadline", "grade", "feedback", "report",
+            "similarity", "export", "demo", "bench"]
 
 
 def autograder(course: Course, *args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -72,9 +74,14 @@ def test_demo_grades_match_plain_nbgrader_scores(demo):
             assert row["status"] == "invalid notebook" and float(row["score"]) == 0
             assert "not valid JSON" in row["detail"]
         else:
-            assert (float(row["score"]), row["status"]) == (expected, "graded"), student
-    assert "6 graded, 1 invalid notebook, 1 missing" in run.stdout
-    assert "8 students added" in run.stdout
+            late = EXPECTED["late"].get(student, {"late": "", "penalty": 0})
+            assert (row["late"], float(row["penalty"] or 0)) == (late["late"], late["penalty"]), student
+            assert float(row["score"]) == pytest.approx(expected - late["penalty"]), student
+            assert row["status"] == "graded", student
+    assert all(rows[s]["late"] == "" for s in EXPECTED["extended"])  # late, but within the extension
+    assert "8 graded, 1 invalid notebook, 1 missing" in run.stdout
+    assert "10 students added" in run.stdout
+    assert "due 2026-03-16 23:59 UTC" in run.stdout and "dana +2 days" in run.stdout
 
 
 @pytest.mark.slow
@@ -86,6 +93,9 @@ def test_demo_feedback_explains_failures_without_hidden_tests(demo):
     # chen's Cube backward forgets grad_output: the checker's message says so, in the feedback.
     assert "grad_output" in pages["chen"] and "cube" in pages["chen"].lower()
     assert "could not be graded" in pages["gus"] and "not valid JSON" in pages["gus"]
+    for student, late in EXPECTED["late"].items():  # the late student's page says how late, and the cost
+        assert f"Handed in {late['late']} late (due 2026-03-16 23:59 UTC)" in pages[student]
+        assert "late-notice" not in pages["ada"] and "late-notice" not in pages["dana"]
     hidden = hidden_test_lines(course, ASSIGNMENT)
     assert hidden, "assignment 01 has hidden tests"
     for student, page in pages.items():
@@ -100,7 +110,27 @@ def test_demo_report_has_figures_and_worst_exercise_first(demo):
     for name in ("scores.png", "pass_rates.png"):
         assert (folder / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     summary = (folder / "summary.md").read_text()
-    assert "students graded: 7" in summary and "invalid notebook 1" in summary and "missing 1" in summary
+    assert "students graded: 9" in summary and "invalid notebook 1" in summary and "missing 1" in summary
+    assert "handed in late: 1 (ben 4 h 31 min, penalty 0.6)" in summary
+
+
+@pytest.mark.slow
+def test_demo_flags_the_copied_pair_and_exports_for_canvas(demo):
+    course, run = demo
+    page = (course.grading / "reports" / ASSIGNMENT / "similarity.html").read_text(encoding="utf-8")
+    flagged = re.findall(r"^\s*\d+\. (\S+) & (\S+): .* shared", run.stdout, re.MULTILINE)
+    assert flagged == [tuple(pair) for pair in EXPECTED["similar_pairs"]], run.stdout
+    assert "<mark>" in page and "no grade was changed" in page
+    with open(course.grading / "exports" / ASSIGNMENT / "canvas.csv", newline="") as f:
+        canvas = list(csv.reader(f))
+    assert canvas[0] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", ASSIGNMENT]
+    assert canvas[1][-1] == "11"
+    by_login = {row[3]: row for row in canvas[2:]}
+    assert by_login["ben"][:2] == ["Okafor, Ben", "100002"] and float(by_login["ben"][-1]) == pytest.approx(5.4)
+    assert by_login["hal"][-1] == "0" and len(by_login) == 10
+    with open(course.grading / "exports" / ASSIGNMENT / "per_test.csv", newline="") as f:
+        per_test = {row[0]: row for row in csv.reader(f)}
+    assert per_test["chen"][1:] != per_test["ada"][1:] and per_test["ada"][-1] == "11"
 
 
 @pytest.mark.slow

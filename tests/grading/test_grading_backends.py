@@ -63,6 +63,9 @@ def _demo_course(root: Path) -> Course:
     return Course(root)
 
 
+GRADABLE = sum(score is not None for score in EXPECTED["scores"].values())
+
+
 def _assert_demo_grades(course: Course) -> None:
     rows = grades_csv(course)
     for student, expected in EXPECTED["scores"].items():
@@ -83,7 +86,7 @@ def test_postgresql_gradebook(postgres_url, tmp_path, monkeypatch):
         assert gb.find_submission(ASSIGNMENT, "dana").score == EXPECTED["scores"]["dana"]
     autograder(course, "feedback", ASSIGNMENT)
     report = autograder(course, "report", ASSIGNMENT)
-    assert "students graded: 7" in report.stdout
+    assert f"students graded: {GRADABLE}" in report.stdout
     autograder(course, "grade", ASSIGNMENT)  # resuming reads the PostgreSQL gradebook too
     _assert_demo_grades(course)
 
@@ -103,5 +106,5 @@ def test_dask_cluster(tmp_path):
         computed = {entry[0] for entry in cluster.scheduler.transition_log
                     if str(entry[0]).startswith("run_task-") and entry[2] == "memory"}
     _assert_demo_grades(course)
-    assert "6 graded, 1 invalid notebook" in result.stdout
-    assert len(computed) == 6, computed
+    assert f"{GRADABLE} graded, 1 invalid notebook" in result.stdout
+    assert len(computed) == GRADABLE, computed

@@ -124,11 +124,25 @@ def demo_notebooks(course: Course) -> dict[str, str]:
         "fay": filled_release(course, ASSIGNMENT, _with_bug(
             right, "cube", "def backward(ctx, grad_output):", "def backward(ctx, grad_output)")),
         "gus": all_right[: len(all_right) // 2],  # an upload cut off halfway: not valid JSON
+        "ivy": filled_release(course, ASSIGNMENT, {**right, **IVY}),
+        "jon": filled_release(course, ASSIGNMENT, {**right, **copied(IVY)}),
     }
 
 
+# The demo's deadline (`python -m autograder deadline` in the demo) and when each student handed
+# in, in nbgrader's timestamp.txt format: ben is late, dana later still but within her extension.
+DUE = "2026-03-16T23:59:00+00:00"
+DEADLINE_OPTIONS = ["--due", DUE, "--penalty", "10", "--per", "day", "--max", "30", "--extend", "dana=2d"]
+HANDED_IN = {
+    "ada": "2026-03-15 10:12:00", "ben": "2026-03-17 04:30:00", "chen": "2026-03-16 21:40:00",
+    "dana": "2026-03-18 10:00:00", "eli": "2026-03-16 18:05:00", "fay": "2026-03-16 23:15:00",
+    "gus": "2026-03-16 22:58:00", "ivy": "2026-03-14 16:20:00", "jon": "2026-03-16 23:50:00",
+}
+
+
 def make_demo(course: Course = Course(), root: Path = DEMO_ROOT) -> list[Path]:
-    """(Re)write ``root/01_first_function/<student>/01_first_function.ipynb`` for every demo student."""
+    """(Re)write ``root/01_first_function/<student>/01_first_function.ipynb`` (and the time it was handed in,
+    ``timestamp.txt``) for every demo student."""
     folder = root / ASSIGNMENT
     shutil.rmtree(folder, ignore_errors=True)
     written = []
@@ -136,6 +150,7 @@ def make_demo(course: Course = Course(), root: Path = DEMO_ROOT) -> list[Path]:
         path = folder / student / f"{ASSIGNMENT}.ipynb"
         path.parent.mkdir(parents=True)
         path.write_text(text, encoding="utf-8")
+        (path.parent / "timestamp.txt").write_text(f"{HANDED_IN[student]}.000000 UTC\n", encoding="utf-8")
         written.append(path)
     return written
 
