@@ -23,6 +23,7 @@ this process.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import tempfile
@@ -105,19 +106,20 @@ class _CachedValidation:
 
     def __init__(self, jsonschema) -> None:
         self._jsonschema = jsonschema
-        self._validators: dict[int, tuple[dict, object]] = {}
+        self._validators: dict[str, object] = {}  # by the schema's JSON (nbgrader reads it again for each notebook)
 
     def __getattr__(self, name):
         return getattr(self._jsonschema, name)
 
     def validate(self, instance, schema) -> None:
         """``jsonschema.validate``: the schema is checked once, then the same best-match error is raised."""
-        cached = self._validators.get(id(schema))
-        if cached is None or cached[0] is not schema:
+        key = json.dumps(schema, sort_keys=True)
+        validator = self._validators.get(key)
+        if validator is None:
             cls = self._jsonschema.validators.validator_for(schema)
             cls.check_schema(schema)
-            cached = self._validators[id(schema)] = (schema, cls(schema))
-        error = self._jsonschema.exceptions.best_match(cached[1].iter_errors(instance))
+            validator = self._validators[key] = cls(schema)
+        error = self._jsonschema.exceptions.best_match(validator.iter_errors(instance))
         if error is not None:
             raise error
 
