@@ -23,16 +23,17 @@ The modules, from the bottom up (each imports only those before it):
 
 from __future__ import annotations
 
-from autograder.student.checker.core import _check_backward, _check_forward, _check_is_function_class, _input_names
+from autograder.student.checker.core import _check_backward, _check_forward, _check_is_function_class, _describe_inputs
 from autograder.student.checker.optional import (
     _check_double_backward, _check_forward_ad, _check_under_compile, _check_under_vmap,
 )
-from autograder.student.checker.references import ATOL, RTOL, _Inputs, _Report, _StudentError
+from autograder.student.checker.references import ATOL, RTOL, _Report, _StudentError
 
 
 def check_function(function, reference, *args, rtol: float = RTOL, atol: float = ATOL,
-                   inplace: bool = False, vmap: bool = False, forward_ad: bool = False,
-                   double_backward: bool = False, compile: bool = False) -> None:  # noqa: A002
+                   inplace: bool = False, constants: tuple = (), autograd_in_backward: bool = False,
+                   vmap: bool = False, forward_ad: bool = False, double_backward: bool = False,
+                   compile: bool = False) -> None:  # noqa: A002
     """Check a ``torch.autograd.Function`` subclass against a differentiable torch reference.
 
     ``function`` is called as ``function.apply(*args)``; ``reference(*args)`` must compute the same
@@ -42,6 +43,17 @@ def check_function(function, reference, *args, rtol: float = RTOL, atol: float =
     input in place (with ``ctx.mark_dirty``). Returns ``None`` when everything matches, otherwise
     raises ``AssertionError`` explaining what is wrong, naming each failing input by its
     parameter name in ``forward``.
+
+    forward, backward and setup_context may be staticmethods or classmethods. Backward is also run
+    with each tensor input alone requiring grad, and with the optional ones (parameters with a
+    default, such as ``bias=None``) not requiring it, so a ``ctx.needs_input_grad`` branch that
+    leaves a needed gradient out, or uses one it did not compute, is found.
+
+    - ``constants``: tensor arguments that need no gradient (a filter bank, a mask), by name in
+      ``forward`` or by position: backward may return None for them; a gradient it returns anyway
+      must be right.
+    - ``autograd_in_backward``: allow backward to call autograd itself, as gradient checkpointing
+      does (otherwise that is reported: a backward is meant to compute the gradients itself).
 
     Once those checks pass, the optional ones run:
 
@@ -55,7 +67,7 @@ def check_function(function, reference, *args, rtol: float = RTOL, atol: float =
     name = getattr(function, "__name__", repr(function))
     report = _Report(f"{name} does not match torch")
     _check_is_function_class(function, name)
-    inputs = _Inputs(args, _input_names(function, len(args)), inplace)
+    inputs = _describe_inputs(function, args, inplace, constants, autograd_in_backward)
     if not inputs.tensor_positions:
         raise RuntimeError("check_function needs at least one floating-point tensor argument "
                            "(this is a problem with the test, not with your Function)")

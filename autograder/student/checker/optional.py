@@ -6,12 +6,12 @@ the core checks pass; each message starts with the check's name.
 
 from __future__ import annotations
 
-from .core import _defines, _expected_gradients, _upstream
-from .messages import (
+from autograder.student.checker.core import _defines, _expected_gradients, _upstream
+from autograder.student.checker.messages import (
     _count, _diagnose_tangent, _difference, _dtype, _explain_compile, _output_label, _run_reference,
     _run_student, _shape,
 )
-from .references import (
+from autograder.student.checker.references import (
     _allclose, _as_float64, _as_tuple, _autograd_grad, _close, _compiler_reset, _dual_level, _enable_grad,
     _equal, _float64, _func_vjp, _Generator, _Inputs, _make_dual, _randn, _randperm, _stack,
     _is_float_tensor, _StudentError, _Tensor, _torch_compile, _unpack_dual, _vmap, _zeros_like,
@@ -51,7 +51,7 @@ def _vmap_layout(function, reference, inputs, report, rtol, atol, label, dims) -
     for i in dims:
         for example in examples[1:]:
             example[i] = _permuted(inputs.args[i], gen)
-    examples = [_Inputs(tuple(e), inputs.names) for e in examples]
+    examples = [_Inputs(tuple(e), inputs.names, constants=inputs.constants) for e in examples]
     batched = [_stack([_as_float64(e.args[i]) for e in examples], dim=dims[i]) if i in dims else _as_float64(a)
                for i, a in enumerate(inputs.args)]
     in_dims = tuple(dims.get(i) for i in range(len(batched)))

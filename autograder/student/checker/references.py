@@ -48,30 +48,42 @@ ATOL = 1e-8
 
 @dataclass
 class _Inputs:
-    """The example arguments, with the names the student's ``forward`` gives them."""
+    """The example arguments, with the names the student's ``forward`` gives them, and how to treat them.
+
+    ``constants``: positions of tensor arguments that need no gradient (a filter bank, a mask);
+    ``optional``: positions of ``forward``'s parameters that have a default (``bias=None``);
+    ``undecorated``: the Function's methods written without ``@staticmethod`` or ``@classmethod``;
+    ``autograd_in_backward``: backward may call autograd itself (gradient checkpointing).
+    """
 
     args: tuple
     names: list[str]
     inplace: bool = False
+    constants: frozenset = frozenset()
+    optional: frozenset = frozenset()
+    undecorated: tuple = ()
+    autograd_in_backward: bool = False
 
     @property
     def tensor_positions(self) -> list[int]:
-        return [i for i, a in enumerate(self.args) if _is_float_tensor(a)]
+        """Positions of the float tensors whose gradients are checked (constants are not)."""
+        return [i for i, a in enumerate(self.args) if _is_float_tensor(a) and i not in self.constants]
 
-    def fresh(self) -> tuple[tuple, list]:
+    def fresh(self, requires=None) -> tuple[tuple, list]:
         """(arguments to call with, float64 leaves to differentiate with respect to).
 
-        Float tensors become new float64 leaves; other values pass through. With ``inplace``,
+        Float tensors become new float64 leaves; constants become float64 copies; other values pass
+        through. With ``requires`` (positions), only those leaves require grad. With ``inplace``,
         the call gets a copy of each leaf, so a Function may modify its input in place.
         """
         leaves, call = [], []
-        for a in self.args:
-            if _is_float_tensor(a):
-                leaf = a.detach().to(_float64).clone().requires_grad_(True)
+        for i, a in enumerate(self.args):
+            if _is_float_tensor(a) and i not in self.constants:
+                leaf = a.detach().to(_float64).clone().requires_grad_(requires is None or i in requires)
                 leaves.append(leaf)
                 call.append(leaf.clone() if self.inplace else leaf)
             else:
-                call.append(a.clone() if isinstance(a, _Tensor) else a)
+                call.append(_as_float64(a))
         return tuple(call), leaves
 
 

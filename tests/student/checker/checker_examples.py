@@ -296,22 +296,18 @@ class CubeIndexError(Cube):
         return 3 * x[10] ** 2 * grad_output
 
 
-class CubeForwardNotStatic(Function):
-    def forward(ctx, x):
-        return x ** 3
+class CubeForwardNotStatic(Cube):
+    """forward without @staticmethod, written for an instance: PyTorch passes ctx as `self`, and fails."""
 
-    @staticmethod
-    def backward(ctx, grad_output):
-        return grad_output
-
-
-class CubeBackwardNotStatic(Function):
-    @staticmethod
-    def forward(ctx, x):
+    def forward(self, ctx, x):
         ctx.save_for_backward(x)
         return x ** 3
 
-    def backward(ctx, grad_output):
+
+class CubeBackwardNotStatic(Cube):
+    """backward without @staticmethod, written for an instance: PyTorch passes ctx as `self`, and fails."""
+
+    def backward(self, ctx, grad_output):
         (x,) = ctx.saved_tensors
         return 3 * x ** 2 * grad_output
 
