@@ -226,7 +226,8 @@ def _run_backward(function, inputs, case, requires=None):
 
     Returns (what backward returned, whether it modified grad_output in place), or None when
     forward's outputs are not connected to the inputs. ``requires``: the positions of the inputs
-    that require grad (default: every tensor input), which sets ``ctx.needs_input_grad``.
+    that require grad (default: every tensor input), which sets ``ctx.needs_input_grad``; then
+    grad_output is not watched (the first run did that).
     """
     call, _ = inputs.fresh(requires)
     outputs = _as_tuple(_run_student("forward", lambda: function.apply(*call), inputs))
@@ -236,13 +237,12 @@ def _run_backward(function, inputs, case, requires=None):
     grads_in = [_zeros_like(o) if isinstance(o, _Tensor) else None for o in outputs]
     for k, u in zip(case.used, case.upstream):
         grads_in[k] = u.clone()
-    versions = [g._version if g is not None else None for g in grads_in]
-    snapshots = [g.clone() if g is not None else None for g in grads_in]
+    watched = [g for g in grads_in if g is not None] if requires is None else []
+    versions, snapshots = [g._version for g in watched], [g.clone() for g in watched]
     guard = contextlib.nullcontext() if inputs.autograd_in_backward else _autograd_forbidden()
     with guard, _no_grad():
         raw = _run_student("backward", lambda: node.apply(*grads_in), inputs)
-    modified = any(g is not None and (g._version != v or not _allclose(g, s))
-                   for g, v, s in zip(grads_in, versions, snapshots))
+    modified = any(g._version != v or not _allclose(g, s) for g, v, s in zip(watched, versions, snapshots))
     if raw is not None:
         raw = tuple(r.detach() if isinstance(r, _Tensor) else r for r in _as_tuple(raw))
     return raw, modified
