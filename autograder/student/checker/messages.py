@@ -175,6 +175,9 @@ def _explain_compile(err: Exception) -> str:
     elif "data-dependent" in text.lower():
         hint = (" An `if` on a tensor's value decides at run time which code runs: compute without the "
                 "`if` (torch.where, torch.clamp) so one graph serves every input.")
+    elif "failed to bind arguments" in text:
+        hint = (" On this torch, torch.compile cannot trace a forward or backward written as a classmethod: "
+                "if yours are, make them staticmethods.")
     else:
         hint = ""
     return (f"torch.compile(fullgraph=True) cannot trace the Function into one graph: {headline.rstrip('.')}."

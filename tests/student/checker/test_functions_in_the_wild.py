@@ -122,6 +122,12 @@ def test_a_classmethod_function_gets_its_real_mistake_reported():
     assert "@staticmethod" not in message
 
 
+def test_torch_compile_refuses_classmethods_and_the_message_says_so():
+    """torch 2.13's dynamo cannot bind a classmethod forward's arguments; eager mode runs it."""
+    message = failure(SoftsignClassmethods, softsign, torch.randn(4), 1.5, compile=True)
+    assert_words(message, ["under torch.compile", "failed to bind arguments", "classmethod", "staticmethods"])
+
+
 def test_the_legacy_style_is_reported_when_torch_refuses_it():
     message = failure(ScaleLegacy, lambda x: 2.0 * x, torch.randn(4))
     assert_words(message, ["AttributeError", "alpha", "no @staticmethod", "legacy", "ctx"])
