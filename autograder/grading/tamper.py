@@ -3,9 +3,9 @@
 A submission that sets ``torch.allclose = lambda *a, **k: True`` would pass every test that
 calls it. So before any student code runs, ``Guard`` records the genuine objects: the
 attributes of torch's modules and classes that tests and the checker call, the checker's own
-functions and captured references (``autograder.student.checker``, read from outside, so the checker
-needs no changes), builtins such as ``isinstance``, and the code and defaults of every Python
-function among them. After every cell it compares, puts the genuine objects back, and reports
+functions and captured references (every module of ``autograder.student.checker``, read from
+outside, so the checker needs no changes), builtins such as ``isinstance``, and the code and
+defaults of every Python function among them. After every cell it compares, puts the genuine objects back, and reports
 what it found as an error in that cell: ``tampering found: torch.allclose was changed
 (restored)``. So tests always run with the genuine functions, and a test cell during which
 tampering happened scores 0 (nbgrader scores any cell with an error 0).
@@ -24,12 +24,17 @@ from __future__ import annotations
 
 import builtins
 import importlib
+import pkgutil
 import types
 
+# The checker's package and every module in it: their functions, captured references, classes and tables.
+_CHECKER = importlib.import_module("autograder.student.checker")
+CHECKER_MODULES = [_CHECKER.__name__] + [f"{_CHECKER.__name__}.{m.name}"
+                                         for m in pkgutil.iter_modules(_CHECKER.__path__)]
 # Modules whose attributes tests and the checker look up when they run.
 MODULES = ["torch", "torch.autograd", "torch.autograd.gradcheck", "torch.autograd.function",
            "torch.autograd.forward_ad", "torch.func", "torch.testing", "torch.testing._comparison",
-           "autograder", "autograder.student.checker"]
+           "autograder", *CHECKER_MODULES]
 # Classes whose methods tests call; new attributes count too (they override inherited ones).
 CLASSES = ["torch.Tensor", "torch.autograd.Function", "torch.autograd.function.FunctionCtx", "torch.nn.Module"]
 # Changed by torch itself: torch.compile (torch._dynamo) wraps torch.manual_seed and nn.Module.__init__.
@@ -83,8 +88,8 @@ class Guard:
             saved = {k: v for k, v in vars(module).items() if not k.startswith("__")
                      and (name, k) not in CHANGED_BY_TORCH}
             self.namespaces.append((name, module, saved, False))
-        for name in CLASSES + [f"autograder.student.checker.{k}" for k, v in vars(_resolve("autograder.student.checker")).items()
-                               if isinstance(v, type) and v.__module__ == "autograder.student.checker"]:
+        for name in CLASSES + [f"{module}.{k}" for module in CHECKER_MODULES for k, v in vars(_resolve(module)).items()
+                               if isinstance(v, type) and v.__module__ == module]:
             cls = _resolve(name)
             saved = {k: v for k, v in vars(cls).items() if (name, k) not in CHANGED_BY_TORCH}
             self.namespaces.append((name, cls, saved, True))
@@ -99,8 +104,8 @@ class Guard:
                 if isinstance(function, types.FunctionType):
                     self.functions[function] = _function_state(function)
         # The checker's own lists and dicts (its table of torch error messages).
-        checker = vars(_resolve("autograder.student.checker"))
-        self.containers = {k: (v, type(v)(v)) for k, v in checker.items()
+        self.containers = {f"{module}.{k}": (v, type(v)(v)) for module in CHECKER_MODULES
+                           for k, v in vars(_resolve(module)).items()
                            if type(v) in (list, dict) and not k.startswith("__")}
         self.names = {name: _resolve(target) for name, target in WATCHED_NAMES.items()}
         self.bound: set[str] = set()
@@ -126,7 +131,7 @@ class Guard:
                 function.__kwdefaults__ = dict(kwdefaults) or None
         for name, (container, contents) in self.containers.items():
             if not _same(container, contents):
-                replaced.append(f"autograder.student.checker.{name}")
+                replaced.append(name)
                 if isinstance(container, list):
                     container[:] = contents
                 else:

@@ -103,8 +103,8 @@ TAMPERING = {
                              "torch.Tensor.__bool__ = lambda self: True\n"),
     # The checker's own captured references and functions, from outside.
     "tamper_checker": ("sqrt", "import autograder, autograder.student.checker\n"
-                               "autograder.student.checker._allclose = lambda *a, **k: True\n"
-                               "autograder.student.checker._Report.raise_if_any = lambda self: None\n"
+                               "autograder.student.checker.core._allclose = lambda *a, **k: True\n"
+                               "autograder.student.checker.references._Report.raise_if_any = lambda self: None\n"
                                "autograder.student.checker.check_function.__code__ = (lambda *a, **k: None).__code__\n"
                                "autograder.check_function = lambda *a, **k: None\n"),
     # Names the tests use, redefined in the notebook.
@@ -202,8 +202,8 @@ def submissions(notebooks: Notebooks) -> dict[str, str | bytes | dict[str, str |
     # Tampering while a test runs: the wrong Cube's backward replaces the checker's functions.
     tamper_when_called = nb.in_backward("cube", "import autograder.student.checker\n"
                                                 "torch.allclose = lambda *a, **k: True\n"
-                                                "autograder.student.checker._allclose = lambda *a, **k: True\n"
-                                                "autograder.student.checker._Report.raise_if_any = lambda self: None")
+                                                "autograder.student.checker.core._allclose = lambda *a, **k: True\n"
+                                                "autograder.student.checker.references._Report.raise_if_any = lambda self: None")
     subs["tamper_in_backward"] = nb.answers(cube=tamper_when_called.replace(*WRONG_CUBE["forward"])
                                             .replace(*WRONG_CUBE["backward"]))
     # Code that rewrites the notebook file it runs from (in the folder that becomes autograded/), so
@@ -482,7 +482,7 @@ def test_tampering_never_scores_more_and_is_reported(batch, student):
 def test_tampering_in_a_test_fails_that_test(batch):
     """Tampering that happens while a test runs makes that test fail, whatever the answer."""
     nb = autograded(batch.course, "tamper_in_backward")
-    assert "autograder.student.checker._allclose" in outputs_of(nb, "test_cube_backward")
+    assert "autograder.student.checker.core._allclose" in outputs_of(nb, "test_cube_backward")
     assert batch.scores["tamper_in_backward"]["test_cube_backward"] == 0
 
 

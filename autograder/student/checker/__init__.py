@@ -1,0 +1,91 @@
+"""The gradient checker: compare a student's ``torch.autograd.Function`` with torch's own gradients.
+
+``check_function(function, reference, *args)`` runs the student's Function and a plain-torch
+reference on fresh float64 copies of ``args``, compares every output and the gradient of every
+tensor input (with random upstream gradients, for all outputs at once and for each output alone),
+and raises ``AssertionError`` with a message a student can act on when anything is off.
+
+Optional checks, off by default, cover how the Function works with the rest of PyTorch 2:
+``vmap=True`` (outputs and per-example gradients under ``torch.func.vmap``), ``forward_ad=True``
+(the ``jvp`` staticmethod, through forward-mode AD), ``double_backward=True`` (second derivatives
+through ``backward``) and ``compile=True`` (outputs and gradients under ``torch.compile``). They
+run once the ordinary checks pass, and each message names the check that failed.
+
+The modules, from the bottom up (each imports only those before it):
+
+- ``references``: the torch functions the checker relies on, captured when it is imported (so
+  student code that later replaces ``torch.allclose`` and friends cannot fool it), and the
+  shared types;
+- ``messages``: what a student reads: torch's errors in course terms, mistake patterns;
+- ``core``: the checks of forward and backward;
+- ``optional``: the optional checks.
+"""
+
+from __future__ import annotations
+
+from autograder.student.checker.core import _check_backward, _check_forward, _check_is_function_class, _describe_inputs
+from autograder.student.checker.optional import (
+    _check_double_backward, _check_forward_ad, _check_under_compile, _check_under_vmap,
+)
+from autograder.student.checker.references import ATOL, RTOL, _Report, _StudentError
+
+
+def check_function(function, reference, *args, rtol: float = RTOL, atol: float = ATOL,
+                   inplace: bool = False, constants: tuple = (), autograd_in_backward: bool = False,
+                   vmap: bool = False, forward_ad: bool = False, double_backward: bool = False,
+                   compile: bool = False) -> None:  # noqa: A002
+    """Check a ``torch.autograd.Function`` subclass against a differentiable torch reference.
+
+    ``function`` is called as ``function.apply(*args)``; ``reference(*args)`` must compute the same
+    outputs with ordinary torch operations, so torch autograd gives the expected gradients.
+    Floating-point tensors in ``args`` are copied to fresh float64 leaves; other values pass through.
+    ``inplace=True`` hands the Function copies of those leaves, for Functions that modify an
+    input in place (with ``ctx.mark_dirty``). Returns ``None`` when everything matches, otherwise
+    raises ``AssertionError`` explaining what is wrong, naming each failing input by its
+    parameter name in ``forward``.
+
+    forward, backward and setup_context may be staticmethods or classmethods. Backward is also run
+    with each tensor input alone requiring grad, and with the optional ones (parameters with a
+    default, such as ``bias=None``) not requiring it, so a ``ctx.needs_input_grad`` branch that
+    leaves a needed gradient out, or uses one it did not compute, is found.
+
+    - ``constants``: tensor arguments that need no gradient (a filter bank, a mask), by name in
+      ``forward`` or by position: backward may return None for them; a gradient it returns anyway
+      must be right.
+    - ``autograd_in_backward``: allow backward to call autograd itself, as gradient checkpointing
+      does (otherwise that is reported: a backward is meant to compute the gradients itself).
+
+    Once those checks pass, the optional ones run:
+
+    - ``vmap``: a batch of examples through ``torch.func.vmap`` (batched along the first dim, the
+      last dim, and with only the first tensor batched): outputs and per-example gradients.
+    - ``forward_ad``: output tangents from the ``jvp`` staticmethod, for random input tangents.
+    - ``double_backward``: gradients of ``backward``'s results, as ``gradgradcheck`` would check.
+    - ``compile``: outputs and gradients of ``torch.compile(..., backend="aot_eager",
+      fullgraph=True)``, which must trace forward and backward into one graph.
+    """
+    name = getattr(function, "__name__", repr(function))
+    report = _Report(f"{name} does not match torch")
+    _check_is_function_class(function, name)
+    inputs = _describe_inputs(function, args, inplace, constants, autograd_in_backward)
+    if not inputs.tensor_positions:
+        raise RuntimeError("check_function needs at least one floating-point tensor argument "
+                           "(this is a problem with the test, not with your Function)")
+    try:
+        _check_forward(function, reference, inputs, report, rtol, atol)
+        _check_backward(function, reference, inputs, report, rtol, atol)
+    except _StudentError as err:
+        report.add(err.message)
+    report.raise_if_any()
+    options = [(vmap, _check_under_vmap), (forward_ad, _check_forward_ad),
+               (double_backward, _check_double_backward), (compile, _check_under_compile)]
+    for wanted, check in options:
+        if wanted:
+            try:
+                check(function, reference, inputs, report, rtol, atol)
+            except _StudentError as err:
+                report.add(err.message)
+    report.raise_if_any()
+
+
+__all__ = ["check_function"]

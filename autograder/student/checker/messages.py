@@ -1,0 +1,448 @@
+"""What a student reads: torch's errors in course terms, and the mistakes a wrong gradient reveals.
+
+``_run_student`` runs student code and turns any exception into a ``_StudentError`` whose message
+explains it (``_TORCH_ERRORS`` maps torch's own messages to the course's words, with the line of
+student code that raised). The ``_diagnose`` functions name the likely mistake behind a wrong
+gradient or tangent (forgotten grad_output, swapped order, transposed, a constant factor, a
+flipped sign); ``_difference`` shows where and by how much a result is off.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import re
+import textwrap
+import traceback
+
+import torch
+
+from autograder.student.checker.references import (
+    _LIBRARY_DIRS, ATOL, RTOL, _allclose, _close, _float64, _HandedBackToAutograd, _Inputs, _isclose,
+    _ones_like, _StudentError, _Tensor, _zeros_like,
+)
+
+# --------------------------------------------------------------------------------------------
+# Torch's errors in course terms
+
+_TORCH_ERRORS = [
+    (r"returned an incorrect number of gradients \(expected (\d+), got (\d+)\)",
+     lambda m, names: f"backward returned {m[2]} gradients, but forward takes {m[1]} inputs "
+                      f"({', '.join(names)}). Return one gradient per input, in forward's order, "
+                      f"with None for inputs that are not tensors."),
+    (r"returned a gradient different than None at position (\d+), but the corresponding forward input was not a Variable",
+     lambda m, names: f"backward returned a gradient for `{_name(names, int(m[1]) - 1)}` (position "
+                      f"{m[1]}), which is not a tensor: return None in its place."),
+    (r"expected Variable or None \(got (\w+)\)",
+     lambda m, names: f"backward returned a plain {m[1]} as a gradient: gradients must be tensors (or None)."),
+    (r"invalid gradient at index (\d+) - got \[([^\]]*)\] but expected shape compatible with \[([^\]]*)\]",
+     lambda m, names: f"backward's gradient for `{_name(names, int(m[1]))}` has shape [{m[2]}], but the "
+                      f"input has shape [{m[3]}]: each gradient must have its input's shape."),
+    (r"save_for_backward can only save variables, but argument (\d+) is of type (\w+)",
+     lambda m, names: f"ctx.save_for_backward is for tensors only, but it was given a {m[2]}. Keep "
+                      f"non-tensors as attributes instead, e.g. ctx.alpha = alpha."),
+    (r"modified by an inplace operation",
+     lambda m, names: "a tensor saved for backward was modified in place after it was saved, so its "
+                      "saved value is gone. Save a tensor that is not changed later, or clone it "
+                      "before changing it."),
+    (r"Legacy autograd function with non-static forward method",
+     lambda m, names: "the Function was called as an instance, F()(x). Custom Functions are called "
+                      "as F.apply(x), with @staticmethod forward and backward."),
+    (r"You must implement (either the backward or vjp method|the forward function)",
+     lambda m, names: f"the Function does not implement {'backward' if 'backward' in m[1] else 'forward'}."),
+    (r"must override the setup_context staticmethod",
+     lambda m, names: "torch.func (vmap, grad, jacrev, jvp, ...) works only with Functions in the split "
+                      "style: forward(*args) without ctx, plus setup_context(ctx, inputs, output) that "
+                      "saves what backward needs."),
+    (r"You tried to vmap over (\w+), but it does not have vmap support",
+     lambda m, names: f"{m[1]} has no vmap support: set generate_vmap_rule = True in the class (when "
+                      f"forward and backward use only torch operations), or write a vmap staticmethod."),
+    (r"You tried to vmap over (\w+), but it has both generate_vmap_rule=True and an overridden vmap",
+     lambda m, names: f"{m[1]} has both generate_vmap_rule = True and a vmap staticmethod: keep one."),
+    (r"Expected the vmap staticmethod to have two returns",
+     lambda m, names: "the vmap staticmethod must return two things: the output and out_dims, the "
+                      "dimension of the batch in the output (e.g. return output, 0)."),
+    (r"You must implement the jvp function",
+     lambda m, names: "the Function has no jvp staticmethod: write jvp(ctx, *tangents) returning each "
+                      "output's tangent, and save what it needs with ctx.save_for_forward(...)."),
+    (r"jvp returned an invalid number of forward gradients \(expected (\d+) but got (\d+)\)",
+     lambda m, names: f"jvp returned {m[2]} tangents, but forward has {_count(int(m[1]), 'output')}: "
+                      f"return one tangent per output."),
+    (r"Tensor is of size \[([^\]]*)\] while the given forward gradient is of size \[([^\]]*)\]",
+     lambda m, names: f"jvp returned a tangent of shape [{m[2]}] for an output of shape [{m[1]}]: each "
+                      f"tangent has its output's shape."),
+    (r"Expected both tensor and its forward grad to be floating point",
+     lambda m, names: "jvp must return a float tensor (not None) as the tangent of each float output."),
+    (r"vmap: It looks like you're .*data-dependent control flow",
+     lambda m, names: "an `if` (or `while`, or bool()) on a tensor's value: under vmap one call handles "
+                      "the whole batch, so Python cannot take a different branch for each example. "
+                      "Compute without the `if` (torch.where, torch.clamp)."),
+    (r"does not require grad and does not have a grad_fn",
+     lambda m, names: "an output of forward is not connected to the inputs: return new tensors "
+                      "computed in forward, not detached copies."),
+]
+
+
+def _name(names: list[str], index: int) -> str:
+    return names[index] if 0 <= index < len(names) else f"input {index}"
+
+
+def _run_student(stage: str, call, inputs: _Inputs):
+    """Run student code; turn any exception into a ``_StudentError`` that explains it."""
+    try:
+        return call()
+    except _StudentError:
+        raise
+    except _HandedBackToAutograd:
+        raise _StudentError(
+            "backward calls autograd itself (torch.autograd.grad or .backward()). backward must "
+            "compute the gradients from the saved tensors and grad_output with ordinary tensor "
+            "operations: that is the point of writing it. (A Function that calls autograd on purpose, "
+            "as gradient checkpointing does when it recomputes forward under torch.enable_grad, is "
+            "checked with check_function(..., autograd_in_backward=True).)"
+        ) from None
+    except NotImplementedError as err:
+        where = _student_line(err)
+        raise _StudentError(
+            f"{stage} is not implemented yet{where}: replace `raise NotImplementedError()` with your code."
+            if "You must implement" not in str(err) else _explain(err, stage, inputs.names)
+        ) from None
+    except Exception as err:  # noqa: BLE001 - any student error becomes an explanation
+        legacy = _legacy_style(err, inputs.undecorated)
+        message = _explain(err, stage, inputs.names)
+        raise _StudentError(message.rstrip(".") + legacy if legacy else message) from None
+
+
+def _explain(err: Exception, stage: str, names: list[str]) -> str:
+    text = str(err)
+    for pattern, explain in _TORCH_ERRORS:
+        match = re.search(pattern, text)
+        if match:
+            return explain(match, names) + _student_line(err)
+    return f"{stage} raised {type(err).__name__}: {text}{_student_line(err)}"
+
+
+def _student_line(err: BaseException) -> str:
+    """' (line N: code)' for the last traceback frame outside torch and this package."""
+    frames = [f for f in traceback.extract_tb(err.__traceback__)
+              if not f.filename.startswith(_LIBRARY_DIRS)]
+    if not frames:
+        return ""
+    frame = frames[-1]
+    return f" (in {frame.name}, line {frame.lineno}: {frame.line.strip() if frame.line else '?'})"
+
+
+def _legacy_style(err: Exception, undecorated: tuple) -> str:
+    """What to do about methods without @staticmethod, when calling them failed the way the legacy style does.
+
+    ``Function.apply`` calls forward, backward and setup_context on the class with ctx first, so
+    such a method works as long as its first parameter is ctx; written for an instance (``self``
+    first, then ctx, or state set in ``__init__``), it fails.
+    """
+    text = str(err)
+    if not undecorated or not ((isinstance(err, TypeError) and "positional argument" in text)
+                               or (isinstance(err, AttributeError) and "Backward' object" in text)):
+        return ""
+    methods = " and ".join(undecorated)
+    defs = " and ".join(f"'def {m}'" for m in undecorated)
+    has, is_ = ("has", "is") if len(undecorated) == 1 else ("have", "are")
+    return (f". {methods} {has} no @staticmethod and {is_} written for an instance, as in PyTorch's legacy "
+            f"style. PyTorch calls them on the class, with ctx as the first argument and no self: put "
+            f"@staticmethod on the line above {defs}, take ctx first, and pass settings as arguments of "
+            f"apply (kept on ctx).")
+
+
+def _run_reference(reference, args):
+    try:
+        return reference(*args)
+    except Exception as err:
+        raise RuntimeError(f"the reference raised {type(err).__name__}: {err} "
+                           f"(this is a problem with the test, not with your Function)") from err
+
+
+def _explain_compile(err: Exception) -> str:
+    text = str(err).strip()
+    headline = text.splitlines()[0].strip() if text else type(err).__name__
+    explanation = next((line.strip()[len("Explanation:"):].strip() for line in text.splitlines()
+                        if line.strip().startswith("Explanation:")), "")
+    if "item()" in text or "unbacked" in text.lower():
+        headline = "a tensor was turned into a Python number (.item(), float(tensor), .tolist())"
+        hint = " Keep values as tensors: a Python number computed from data cannot stay in one graph."
+    elif "custom jvp" in text.lower():
+        hint = (" On this torch a Function with a jvp staticmethod compiles only with graph breaks "
+                "(torch.compile without fullgraph=True runs it eagerly); leave jvp out of a Function "
+                "that must compile whole.")
+    elif "data-dependent" in text.lower():
+        hint = (" An `if` on a tensor's value decides at run time which code runs: compute without the "
+                "`if` (torch.where, torch.clamp) so one graph serves every input.")
+    elif "failed to bind arguments" in text:
+        hint = (" On this torch, torch.compile cannot trace a forward or backward written as a classmethod: "
+                "if yours are, make them staticmethods.")
+    else:
+        hint = ""
+    return (f"torch.compile(fullgraph=True) cannot trace the Function into one graph: {headline.rstrip('.')}."
+            f"{' ' + explanation if explanation else ''}{_user_code_line(text)}{hint}")
+
+
+def _user_code_line(text: str) -> str:
+    """' (in backward, line 8: code)' for the last student frame in dynamo's 'from user code' trace."""
+    _, _, trace = text.partition("from user code:")
+    frames = [m for m in re.finditer(r'File "([^"]+)", line (\d+), in (\S+)\n\s*(.*)', trace)
+              if not m[1].startswith(_LIBRARY_DIRS)]
+    if not frames:
+        return ""
+    m = frames[-1]
+    return f" (in {m[3]}, line {m[2]}: {m[4].strip()})"
+
+
+# --------------------------------------------------------------------------------------------
+# Mistake patterns
+
+
+def _is_tensor_close(value, expected, rtol, atol) -> bool:
+    return isinstance(value, _Tensor) and _close(value, expected, rtol, atol)
+
+
+def _raw_problem(got, j, name, expected, inputs, rtol, atol) -> str | None:
+    """What is wrong with the type, shape or dtype of ``got[j]``, the gradient of tensor input ``j``."""
+    r, e = got[j], expected[j]
+    if r is None:
+        return None
+    if not isinstance(r, _Tensor):
+        return (f"backward returned a {type(r).__name__} as the gradient for `{name}`; "
+                f"return a tensor of {name}'s shape {_shape(e)}.")
+    if r.shape != e.shape:
+        # A swap: this gradient is another input's, and that input's own gradient is wrong too.
+        others = [k for k, e_k in enumerate(expected) if k != j and _close(r, e_k, rtol, atol)
+                  and not _is_tensor_close(got[k], e_k, rtol, atol)]
+        if others:
+            other = inputs.names[inputs.tensor_positions[others[0]]]
+            hint = (f" It is the gradient of `{other}`: backward returns its gradients in the wrong "
+                    f"order. Return them in the order of forward's arguments.")
+        elif r.dim() >= 2 and r.mT.shape == e.shape and _close(r.mT, e, rtol, atol):
+            hint = " It is the transpose of the right gradient: swap the matrix product's order or transpose it."
+        elif _broadcasts_to(r.shape, e.shape):
+            hint = (" PyTorch would silently sum it down to the right shape and hide the bug: "
+                    "reduce it yourself (e.g. .sum(dim=...)) so the shapes match.")
+        else:
+            hint = ""
+        return (f"backward's gradient for `{name}` has shape {_shape(r)}, but `{name}` has shape "
+                f"{_shape(e)}: each gradient must have its input's shape.{hint}")
+    if r.dtype != e.dtype:
+        return (f"backward's gradient for `{name}` has dtype {_dtype(r)}, but `{name}` is "
+                f"{_dtype(e)}: make new tensors with dtype={name}.dtype (or torch.zeros_like / "
+                f"torch.ones_like).")
+    return None
+
+
+def _diagnose(inputs, case, j, g, expected, rtol, atol, student, torch_gradients) -> str:
+    """Name the likely mistake behind the wrong gradient ``g`` of tensor input ``j``, if recognisable.
+
+    ``student(upstream)`` and ``torch_gradients(upstream)`` give the student's and torch's
+    gradients for other upstream gradients (the student's may raise ``_StudentError``).
+    """
+    e = expected[j]
+    names = [inputs.names[i] for i in inputs.tensor_positions]
+    for other, e_other in enumerate(expected):
+        if other != j and _close(g, e_other, rtol, atol):
+            return (f" It equals the gradient of `{names[other]}`: backward returns its gradients in "
+                    f"the wrong order. Return them in the order of forward's arguments.")
+    if g.dim() >= 2 and g.shape == g.mT.shape and _close(g.mT, e, rtol, atol):
+        return " It is the transpose of the right gradient."
+    if case.several_outputs and len(case.used) == 1 and _allclose(g, _zeros_like(g)):
+        k = case.used[0]
+        return (f" backward ignores the gradient of output {k} (its argument number {k + 1} after "
+                f"ctx): every output's gradient must flow back to the inputs.")
+    if _allclose(g, _zeros_like(g)):
+        return " Yours is zero everywhere: backward returns no gradient at all for it."
+    ones = [_ones_like(u) for u in case.upstream]
+    try:
+        got_ones = student(ones)[j]
+    except _StudentError:
+        got_ones = None
+    if got_ones is not None and _close(got_ones, g, rtol, atol):
+        expected_ones = torch_gradients(ones)[j]
+        if _close(got_ones, expected_ones, rtol, atol):
+            return (" It does not change when grad_output changes: you forgot to multiply by "
+                    "grad_output (the chain rule: return grad_output * local derivative).")
+        return " It does not depend on grad_output: multiply the local derivative by grad_output."
+    scale = _scale(g, e)
+    if scale is not None:
+        if abs(scale + 1) < 1e-6:
+            return " Its sign is flipped."
+        return f" It is {scale:.4g} times the right gradient: a constant factor is off."
+    return ""
+
+
+def _diagnose_tangent(inputs, tangents, k, g, e, rtol, atol, student, torch_tangents) -> str:
+    """Name the likely mistake behind the wrong tangent ``g`` of output ``k``, if recognisable.
+
+    ``student(tangents)`` and ``torch_tangents(tangents)`` give each output's tangent for other
+    input tangents.
+    """
+    doubled = student([2 * t for t in tangents])[k]
+    if _close(doubled, g, rtol, atol) and not _allclose(g, _zeros_like(g)):
+        return (" It does not change when the input tangents change: multiply by the tangent "
+                "(jvp returns the Jacobian times the tangents).")
+    positions = inputs.tensor_positions
+    if len(positions) > 1:
+        wrong = []
+        for j, i in enumerate(positions):
+            alone = [t if m == j else _zeros_like(t) for m, t in enumerate(tangents)]
+            if not _close(student(alone)[k], torch_tangents(alone)[k], rtol, atol):
+                wrong.append(f"`{inputs.names[i]}`")
+        if wrong:
+            return f" The part that comes from the tangent of {' and '.join(wrong)} is wrong."
+    scale = _scale(g, e)
+    if scale is not None:
+        return " Its sign is flipped." if abs(scale + 1) < 1e-6 else f" It is {scale:.4g} times the right tangent."
+    return ""
+
+
+_FLAG_RULE = (" ctx.needs_input_grad[i] says whether forward's input i (counting from 0, after ctx) needs a "
+              "gradient: check that each `if ctx.needs_input_grad[...]` tests its own input's index.")
+
+
+def _returned_none(needed: list[str], names: list[str]) -> str:
+    """backward returned None as a whole, though the inputs ``needed`` need gradients."""
+    who = " and ".join(f"`{n}`" for n in needed)
+    need = "needs a gradient" if len(needed) == 1 else "need gradients"
+    return (f"backward returned None, but {who} {need}: is a `return` missing? backward must return one "
+            f"gradient per input of forward ({', '.join(names)}), in forward's order, with None for an "
+            f"input that needs none.")
+
+
+def _is_flag(node) -> bool:
+    """``<ctx>.needs_input_grad[k]`` with a literal k."""
+    return (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute)
+            and node.value.attr == "needs_input_grad" and isinstance(node.slice, ast.Constant)
+            and type(node.slice.value) is int)
+
+
+def _flag_branches(function) -> tuple[list, list]:
+    """backward's ``if ctx.needs_input_grad[k]:`` branches and the names it returns, read from its source.
+
+    A branch is an ``if`` statement or an assignment ``grad = ... if ctx.needs_input_grad[k] else
+    None``. Returns ([(k, line, its first line, names assigned in it)], [returned name or None, by
+    position]); ([], []) when the source cannot be read.
+    """
+    backward = inspect.unwrap(getattr(function.backward, "__func__", function.backward))
+    if "needs_input_grad" not in getattr(getattr(backward, "__code__", None), "co_names", ()):
+        return [], []  # reading the source is slow: only when backward reads the flags
+    try:
+        lines, first = inspect.getsourcelines(backward)
+        tree = ast.parse(textwrap.dedent("".join(lines)))
+    except (OSError, TypeError, SyntaxError):
+        return [], []
+    branches = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If):  # if ctx.needs_input_grad[k]: grad = ...
+            test, body = node.test, node.body
+        elif isinstance(node, ast.Assign) and isinstance(node.value, ast.IfExp):  # grad = ... if ... else None
+            test, body = node.value.test, [node]
+        else:
+            continue
+        flags = [f.slice.value for f in ast.walk(test) if _is_flag(f)]
+        if len(flags) == 1:
+            assigned = {n.id for stmt in body for n in ast.walk(stmt)
+                        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+            branches.append((flags[0], first + node.lineno - 1, lines[node.lineno - 1].strip(), assigned))
+    returns = [n.value for n in ast.walk(tree) if isinstance(n, ast.Return) and n.value is not None]
+    values = (returns[-1].elts if isinstance(returns[-1], ast.Tuple) else [returns[-1]]) if returns else []
+    return branches, [v.id if isinstance(v, ast.Name) else None for v in values]
+
+
+def _wrong_flag(flag_branches: tuple[list, list], i: int, names: list[str]) -> str:
+    """' Line N: ...' when backward computes input i's gradient under another input's needs_input_grad flag.
+
+    ``flag_branches``: what ``_flag_branches`` read in backward.
+    """
+    branches, returned = flag_branches
+    variable = returned[i] if i < len(returned) else None
+    guards = [(k, line, code) for k, line, code, assigned in branches if variable in assigned]
+    if not guards or any(k == i for k, _, _ in guards):
+        return ""
+    k, line, code = guards[0]
+    owner = f"`{names[k]}`'s" if 0 <= k < len(names) else f"input {k}'s"
+    return (f" Line {line} computes `{variable}`, its gradient, under `{code}`, but needs_input_grad[{k}] "
+            f"is {owner} flag; `{names[i]}`'s is needs_input_grad[{i}].")
+
+
+def _explain_needs_input_grad_error(function, message: str, names: list[str]) -> str:
+    """An error raised by backward when some inputs need no gradient, with the needs_input_grad rule it broke."""
+    branches, _ = _flag_branches(function)
+    unbound = re.search(r"local variable '(\w+)'", message)
+    if unbound:
+        variable = unbound[1]
+        for k, line, code, assigned in branches:
+            if variable in assigned:
+                owner = f"`{names[k]}`" if 0 <= k < len(names) else f"input {k}"
+                return (f"{message}. `{variable}` is computed only under `{code}` (line {line}), but used "
+                        f"when {owner} needs no gradient: a gradient computed only under `if "
+                        f"ctx.needs_input_grad[i]` may be used only there. Set `{variable} = None` first, so "
+                        f"backward returns None for an input that needs no gradient.")
+        return (f"{message}. A gradient computed only under `if ctx.needs_input_grad[i]` is used when "
+                f"that input needs no gradient: set it to None first, and use it only under the `if`.")
+    if "NoneType" in message and branches:
+        return (f"{message}. A gradient left None because its input needs no gradient (ctx.needs_input_grad "
+                f"is False) is used in a computation: use it only under its `if ctx.needs_input_grad[i]`.")
+    return message
+
+
+def _scale(got, expected):
+    """c when ``got`` is ``c * expected`` for a constant c far from 1, else None."""
+    norm = float((expected * expected).sum())
+    if norm == 0:
+        return None
+    c = float((got * expected).sum()) / norm
+    if abs(c - 1) > 1e-3 and _allclose(got, c * expected, rtol=1e-6, atol=1e-9):
+        return c
+    return None
+
+
+def _broadcasts_to(shape, target) -> bool:
+    try:
+        return torch.broadcast_shapes(shape, target) == shape
+    except RuntimeError:
+        return False
+
+
+# --------------------------------------------------------------------------------------------
+# Showing values
+
+
+def _difference(expected, got) -> str:
+    """Where and by how much ``got`` differs from ``expected``."""
+    expected = expected.detach().to(_float64)
+    got = got.detach().to(_float64)
+    error = (got - expected).abs()
+    wrong = ~_isclose(got, expected, rtol=RTOL, atol=ATOL, equal_nan=True)
+    flat = int(error.nan_to_num(float("inf")).argmax()) if error.numel() else 0
+    index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), expected.shape)) if expected.dim() else ()
+    at = f" at index {list(index)}" if index else ""
+    lines = [f"{int(wrong.sum())} of {expected.numel()} elements differ; the largest error is "
+             f"{float(error.flatten()[flat]):.3g}{at} (torch {float(expected.flatten()[flat]):.6g}, "
+             f"yours {float(got.flatten()[flat]):.6g})."]
+    if expected.numel() <= 8:
+        lines.append(f"torch: {_values(expected)}\nyours: {_values(got)}")
+    return "\n".join(lines)
+
+
+def _values(t) -> str:
+    return "[" + ", ".join(f"{float(v):.4g}" for v in t.flatten()) + "]"
+
+
+def _shape(t) -> str:
+    return str(list(t.shape))
+
+
+def _dtype(t) -> str:
+    return str(t.dtype).replace("torch.", "")
+
+
+def _output_label(k: int, count: int) -> str:
+    return "forward's output" if count == 1 else f"forward's output {k}"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"

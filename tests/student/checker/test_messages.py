@@ -1,0 +1,146 @@
+"""Tests for what a student reads (``autograder.student.checker.messages``): for a wrong Function,
+the message names the failing input and, where the pattern is recognisable, the mistake.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from checker_examples import (
+    AddBiasUnsummed, Cube, cube, CubeBackwardNotStatic, CubeBackwardTodo, CubeFactorOff,
+    CubeForgetsGradOutput, CubeForwardNotStatic, CubeIndexError, CubeSignFlipped, CubeTemplate,
+    CubeWrongForward, CubeZeroGradient, failure, matmul, MatMulFloat32, MatMulSwapped, MatMulTransposed,
+    polar, PolarIgnoresTheta, PolarUnmaterialized, Poly, poly, PolyOneGradient, PolySwapped,
+    PolyWrongX2, randn, ReluCallsAutogradGrad, ReluCallsBackward, ReluEditsGradOutput, ReluReturnsNone,
+    ReluSumsGradient, ScaleGradForC, ScaleSavesC, ScaleWithoutNone, variant,
+)
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+
+
+# --------------------------------------------------------------------------------------------
+# Wrong Functions: what the message says
+
+
+def test_names_the_failing_input_by_its_parameter_name():
+    message = failure(PolyWrongX2, poly, torch.randn(5), torch.randn(5))
+    assert "`x2`" in message
+    assert "`x1`" not in message
+
+
+def test_message_shows_torch_against_yours():
+    message = failure(CubeFactorOff, cube, torch.randn(3, 4))
+    assert "CubeFactorOff" in message
+    for words in ("torch", "yours", "largest error", "at index"):
+        assert words in message
+
+
+@pytest.mark.parametrize(
+    "grads",
+    [
+        pytest.param(lambda x1, x2, g: (-3 * x1 ** 2 * g, 4 * x2 * g), id="both-values-wrong"),
+        pytest.param(lambda x1, x2, g: (None, -2 * x2 * g), id="none-and-value"),
+        pytest.param(lambda x1, x2, g: ((3 * x1 ** 2 * g).float(), -2 * x2 * g), id="dtype-and-value"),
+        pytest.param(lambda x1, x2, g: ((3 * x1 ** 2 * g).unsqueeze(0), -2 * x2 * g), id="shape-and-value"),
+    ],
+)
+def test_reports_every_failing_input(grads):
+    message = failure(variant(Poly, "PolyTwoMistakes", grads=grads), poly, torch.randn(5), torch.randn(5))
+    assert "`x1`" in message and "`x2`" in message
+
+
+_SQUARE = lambda: (torch.randn(3, 3), torch.randn(3, 3))  # noqa: E731
+_NON_SQUARE = lambda: (torch.randn(2, 3), torch.randn(3, 4))  # noqa: E731
+
+
+@pytest.mark.parametrize(
+    "function, reference, make_args, words",
+    [
+        pytest.param(CubeForgetsGradOutput, cube, randn(5), ["`x`", "forgot", "grad_output"],
+                     id="forgot-grad-output"),
+        pytest.param(CubeSignFlipped, cube, randn(5), ["`x`", "sign"], id="sign-flipped"),
+        pytest.param(CubeFactorOff, cube, randn(5), ["`x`", "0.3333", "constant factor"], id="constant-factor"),
+        pytest.param(CubeZeroGradient, cube, randn(5), ["`x`", "zero everywhere"], id="zero-gradient"),
+        pytest.param(PolySwapped, poly, lambda: (torch.randn(5), torch.randn(5)), ["`x1`", "`x2`", "wrong order"],
+                     id="wrong-order"),
+        pytest.param(MatMulSwapped, matmul, _NON_SQUARE, ["`a`", "`b`", "wrong order"], id="wrong-order-shapes-differ"),
+        pytest.param(MatMulTransposed, matmul, _NON_SQUARE, ["`a`", "shape [3, 2]", "transpose"],
+                     id="transposed-non-square"),
+        pytest.param(MatMulTransposed, matmul, _SQUARE, ["`a`", "transpose"], id="transposed-square"),
+        pytest.param(ReluSumsGradient, torch.relu, randn(2, 3), ["`x`", "shape [3]", "[2, 3]"], id="wrong-shape"),
+        pytest.param(AddBiasUnsummed, lambda x, b: x + b, lambda: (torch.randn(2, 3), torch.randn(3)),
+                     ["`b`", "shape [2, 3]", "silently sum"], id="broadcastable-shape"),
+        pytest.param(MatMulFloat32, matmul, _NON_SQUARE, ["`a`", "dtype", "float32"], id="wrong-dtype"),
+        pytest.param(CubeWrongForward, cube, randn(5), ["forward", "fix forward first"], id="wrong-forward"),
+        pytest.param(PolarIgnoresTheta, polar, lambda: (torch.randn(4), torch.randn(4)),
+                     ["`x`", "`y`", "only output 1 used", "ignores the gradient of output 1"],
+                     id="ignores-an-output-gradient"),
+        pytest.param(ReluReturnsNone, torch.relu, randn(5), ["`x`", "None", "needs a gradient"],
+                     id="none-for-a-tensor-input"),
+    ],
+)
+def test_recognises_wrong_gradients(function, reference, make_args, words):
+    message = failure(function, reference, *make_args())
+    for word in words:
+        assert word in message
+
+
+@pytest.mark.parametrize(
+    "function, reference, make_args, words",
+    [
+        pytest.param(ScaleWithoutNone, lambda x, c: x * c, lambda: (torch.randn(4), 2.5),
+                     ["1 gradient", "(x, c)", "None"], id="missing-none-for-non-tensor"),
+        pytest.param(PolyOneGradient, poly, lambda: (torch.randn(5), torch.randn(5)),
+                     ["1 gradient", "(x1, x2)"], id="too-few-gradients"),
+        pytest.param(ScaleGradForC, lambda x, c: x * c, lambda: (torch.randn(4), 2.5),
+                     ["`c`", "not a tensor", "None"], id="gradient-for-non-tensor"),
+        pytest.param(ReluEditsGradOutput, torch.relu, randn(5), ["grad_output", "in place"],
+                     id="grad-output-modified-in-place"),
+        pytest.param(ReluCallsAutogradGrad, torch.relu, randn(5), ["autograd", "torch.autograd.grad"],
+                     id="backward-calls-autograd-grad"),
+        pytest.param(ReluCallsBackward, torch.relu, randn(5), ["autograd", ".backward()"],
+                     id="backward-calls-dot-backward"),
+        pytest.param(ScaleSavesC, lambda x, c: x * c, lambda: (torch.randn(4), 2.5),
+                     ["save_for_backward", "float"], id="save-for-backward-non-tensor"),
+        pytest.param(CubeForwardNotStatic, cube, randn(5), ["forward", "@staticmethod"], id="forward-not-static"),
+        pytest.param(CubeBackwardNotStatic, cube, randn(5), ["backward", "@staticmethod"], id="backward-not-static"),
+        pytest.param(CubeTemplate, cube, randn(5), ["forward is not implemented yet"], id="template-untouched"),
+        pytest.param(CubeBackwardTodo, cube, randn(5), ["backward is not implemented yet"], id="backward-todo"),
+        pytest.param(CubeIndexError, cube, randn(5), ["backward raised IndexError", "x[10]"],
+                     id="exception-in-backward-shows-student-line"),
+        pytest.param(PolarUnmaterialized, polar, lambda: (torch.randn(4), torch.randn(4)),
+                     ["backward raised TypeError", "None"], id="unmaterialized-none-arithmetic"),
+    ],
+)
+def test_recognises_structural_mistakes(function, reference, make_args, words):
+    message = failure(function, reference, *make_args())
+    for word in words:
+        assert word in message
+
+
+def _instance():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch warns that Functions should not be instantiated
+        return Cube()
+
+
+@pytest.mark.parametrize(
+    "make_function, words",
+    [
+        pytest.param(_instance, ["instance", "Cube.apply"], id="instance"),
+        pytest.param(lambda: cube, ["not a subclass of torch.autograd.Function"], id="plain-function"),
+        pytest.param(lambda: torch.sin, ["not a subclass of torch.autograd.Function"], id="torch-function"),
+        pytest.param(lambda: torch.nn.ReLU, ["not a subclass of torch.autograd.Function"], id="module-class"),
+    ],
+)
+def test_rejects_what_is_not_a_function_class(make_function, words):
+    message = failure(make_function(), cube, torch.randn(5))
+    for word in words:
+        assert word in message
+
+
