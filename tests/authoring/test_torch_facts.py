@@ -131,6 +131,18 @@ def test_nn_linear_without_bias_registers_a_none_parameter():
             self.bias = None
 
     assert "bias" not in PlainNone()._parameters  # a plain attribute, not a registered parameter
+    plain = PlainNone()
+    plain.bias = torch.zeros(2)  # accepted, and still not a parameter
+    assert list(dict(plain.named_parameters())) == []
+    with pytest.raises(TypeError, match=r"torch.nn.Parameter or None expected"):
+        nn.Linear(3, 2, bias=False).bias = torch.zeros(2)
+
+
+def test_leaky_relu_gradient_is_the_slope_where_x_is_not_positive():
+    """03's LeakyReLU uses torch.where(x > 0, 1, slope), like F.leaky_relu (at 0 too)."""
+    x = torch.tensor([-1.0, 0.0, 2.0], requires_grad=True)
+    torch.nn.functional.leaky_relu(x, 0.1).sum().backward()
+    assert torch.allclose(x.grad, torch.tensor([0.1, 0.1, 1.0]))
 
 
 class _LinearNoBiasGrad(torch.autograd.Function):
