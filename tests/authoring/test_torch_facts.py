@@ -304,3 +304,66 @@ def test_the_detach_trick_has_the_value_of_f_and_the_gradient_of_the_identity():
     rounded = x + (x.round() - x).detach()
     rounded.sum().backward()
     assert rounded.tolist() == [0.0, 2.0, 2.0] and x.grad.tolist() == [1.0, 1.0, 1.0]
+
+
+# 06 -- double backward: the two documented ways to keep an intermediate ---------------------------------
+
+class _SinSavedCos(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x.cos())
+        return x.sin()
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (cos_x,) = ctx.saved_tensors
+        return grad_output * cos_x
+
+
+class _SinAndCos(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        sin_x, cos_x = x.sin(), x.cos()
+        ctx.save_for_backward(sin_x, cos_x)
+        return sin_x, cos_x
+
+    @staticmethod
+    def backward(ctx, grad_sin, grad_cos):
+        sin_x, cos_x = ctx.saved_tensors
+        return grad_sin * cos_x - grad_cos * sin_x
+
+
+def test_a_saved_intermediate_fails_gradgradcheck_and_an_extra_output_fixes_it():
+    x = torch.tensor([0.5, 1.0, 2.0], dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(_SinSavedCos.apply, (x,))
+    assert not torch.autograd.gradgradcheck(_SinSavedCos.apply, (x,), raise_exception=False)
+    assert torch.autograd.gradgradcheck(lambda t: _SinAndCos.apply(t)[0], (x,))
+
+
+def test_a_backward_written_as_a_second_function_is_differentiated_through_it():
+    import numpy as np
+
+    class SinGrad(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, grad_output, x):
+            ctx.save_for_backward(grad_output, x)
+            return torch.from_numpy(grad_output.detach().numpy() * np.cos(x.detach().numpy()))
+
+        @staticmethod
+        def backward(ctx, grad_grad):
+            grad_output, x = ctx.saved_tensors
+            return grad_grad * x.cos(), -grad_grad * grad_output * x.sin()
+
+    class Sin(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x.sin()
+
+        @staticmethod
+        def backward(ctx, grad_output):
+            (x,) = ctx.saved_tensors
+            return SinGrad.apply(grad_output, x)
+
+    x = torch.tensor([0.5, 1.0, 2.0], dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradgradcheck(Sin.apply, (x,))
