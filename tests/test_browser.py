@@ -29,7 +29,7 @@ from playwright.sync_api import expect, sync_playwright
 from autograder.authoring.book import build
 from autograder.authoring.course import Course
 from autograder.grading.demo.make_demo import DEMO_ROOT
-from conftest import REPO, nbgrader_meta, read_notebook, solution_answers
+from conftest import REPO, nbgrader_meta, read_notebook, solution_answers, source
 
 pytestmark = pytest.mark.slow
 
@@ -180,6 +180,17 @@ def test_student_fills_an_exercise_runs_all_and_validates(course_copy, page, tmp
             page.locator(".jp-NotebookPanel:visible .jp-Notebook-ExecutionIndicator[data-status='idle']").wait_for(
                 timeout=KERNEL_TIMEOUT_MS)
 
+        with steps.step("see the Cube hints collapsed, and open the first"):
+            hints = cells.nth(cube - 1).locator(".jp-RenderedMarkdown details")
+            expect(hints).to_have_count(2)
+            assert hints.evaluate_all("blocks => blocks.every(b => !b.open)"), "hints should start collapsed"
+            formula = hints.nth(1).locator("code", has_text="grad_output * 3 * x ** 2")
+            expect(formula).to_be_hidden()
+            hints.nth(0).locator("summary").scroll_into_view_if_needed()
+            hints.nth(0).locator("summary").click()
+            expect(hints.nth(0).locator("code", has_text="ctx.saved_tensors")).to_be_visible()
+            expect(formula).to_be_hidden()
+
         with steps.step("answer the Cube exercise"):
             editor = cells.nth(cube).locator(".cm-content")
             editor.scroll_into_view_if_needed()
@@ -307,6 +318,18 @@ def test_reader_opens_the_book_and_a_chapter(course, page, tmp_path):
             figures.nth(i).scroll_into_view_if_needed()
             width = figures.nth(i).evaluate("img => img.complete ? img.naturalWidth : 0")
             assert width > 100, f"figure {i + 1} has not rendered (natural width {width})"
+
+    with steps.step("see the hints collapsed"):
+        cells = read_notebook(course.root / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb")["cells"]
+        written = sum(source(c).count("<details>") for c in cells if c["cell_type"] == "markdown")
+        hints = page.locator("details")
+        assert written and hints.count() == written, f"the chapter shows {hints.count()} hints, its notebook has {written}"
+        assert hints.evaluate_all("blocks => blocks.every(b => !b.open)"), "hints should start collapsed"
+        expect(hints.first.locator("summary")).to_be_visible()
+        hidden = hints.first.locator("p").first
+        expect(hidden).to_be_hidden()
+        hints.first.locator("summary").click()
+        expect(hidden).to_be_visible()
 
     with steps.step("go back to the index"):
         page.locator("nav.book-nav.bottom").get_by_role("link", name="Index").click()

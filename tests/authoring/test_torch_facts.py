@@ -1,0 +1,369 @@
+"""What the notebooks say about PyTorch, pinned on plain torch (no notebook is run).
+
+Each test names the notebook that makes the claim. When a torch upgrade changes one of these
+behaviours, the test fails and the notebook's text must be revisited. Messages are matched on
+key substrings, not whole sentences: wording drifts between releases.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+
+def _saved(function, *args):
+    """The tensors autograd saves for backward while function(*args) runs."""
+    seen = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: seen.append(t) or t, lambda t: t):
+        function(*args)
+    return seen
+
+
+# 01 / 02 -- ReLU's gradient at exactly 0 -----------------------------------------------------
+
+def test_relu_gradient_at_zero_is_zero():
+    """01's ReLU uses the mask x > 0 "like torch.relu"; 02's ReLUMask says the same."""
+    x = torch.tensor([-1.0, 0.0, 2.0], requires_grad=True)
+    torch.relu(x).sum().backward()
+    assert x.grad.tolist() == [0.0, 0.0, 1.0]
+
+
+def test_clamp_passes_the_gradient_at_its_bound():
+    """01 warns that x.clamp(min=0), unlike torch.relu, passes the gradient at x == 0."""
+    x = torch.tensor([-1.0, 0.0, 2.0], requires_grad=True)
+    x.clamp(min=0).sum().backward()
+    assert x.grad.tolist() == [0.0, 1.0, 1.0]
+
+
+# 01 -- the legacy (non-static) style ----------------------------------------------------------
+
+def test_legacy_instance_style_is_an_error_whose_message_says_deprecated():
+    class OldStyleExp(torch.autograd.Function):
+        def forward(self, x):
+            return x.exp()
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(RuntimeError, match="non-static forward method is deprecated"):
+            OldStyleExp()(torch.ones(1, requires_grad=True))
+    assert any("should not be instantiated" in str(w.message) for w in caught)
+
+
+# 01 -- grad_output is the upstream gradient: a vector-Jacobian product --------------------------
+
+def test_backward_with_an_upstream_gradient_is_a_vector_jacobian_product():
+    """01: y.backward(g) and torch.autograd.grad(y, x, g) give g * f'(x), not f'(x)."""
+    x = torch.tensor([0.0, 1.0, 2.0], requires_grad=True)
+    g = torch.tensor([1.0, 10.0, 100.0])
+    (by_grad,) = torch.autograd.grad(x.exp(), x, g)
+    x.exp().backward(g)
+    assert torch.allclose(by_grad, g * x.detach().exp())
+    assert torch.allclose(x.grad, by_grad)
+    with pytest.raises(RuntimeError, match="grad can be implicitly created only for scalar outputs"):
+        x.exp().backward()
+
+
+def test_setup_context_split_style_is_equivalent():
+    """01 shows forward(x) + setup_context(ctx, inputs, output) as the same Function."""
+
+    class Exp(torch.autograd.Function):
+        @staticmethod
+        def forward(x):
+            return x.exp()
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            ctx.save_for_backward(output)
+
+        @staticmethod
+        def backward(ctx, grad_output):
+            (result,) = ctx.saved_tensors
+            return grad_output * result
+
+    x = torch.randn(4, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(Exp.apply, (x,))
+    # and only the split style works under torch.func transforms
+    assert torch.allclose(torch.func.grad(lambda t: Exp.apply(t).sum())(x.detach()), x.detach().exp())
+
+
+# 02 -- what x * sigmoid(x) keeps ----------------------------------------------------------------
+
+def test_x_times_sigmoid_saves_three_references_to_two_storages():
+    x = torch.randn(1000, requires_grad=True)
+    saved = _saved(lambda t: t * torch.sigmoid(t), x)
+    assert len(saved) == 3
+    assert len({t.untyped_storage().data_ptr() for t in saved}) == 2
+    assert sum(t is x for t in saved) == 1  # one of the two storages is the input itself
+
+
+def test_checkpoint_keeps_only_the_input_and_save_on_cpu_moves_saved_tensors():
+    """02: torch.utils.checkpoint recomputes instead of saving; save_on_cpu keeps saved tensors on the CPU."""
+    from torch.utils.checkpoint import checkpoint
+
+    x = torch.randn(1000, requires_grad=True)
+    silu = lambda t: t * torch.sigmoid(t)
+    kept = _saved(lambda t: checkpoint(silu, t, use_reentrant=False), x)
+    assert len({t.untyped_storage().data_ptr() for t in kept}) == 1 and kept[0] is x
+    (expected,) = torch.autograd.grad(silu(x).sum(), x)
+    (g,) = torch.autograd.grad(checkpoint(silu, x, use_reentrant=False).sum(), x)
+    assert torch.allclose(g, expected)
+    with torch.autograd.graph.save_on_cpu(pin_memory=False):
+        y = silu(x)
+    (g2,) = torch.autograd.grad(y.sum(), x)
+    assert torch.allclose(g2, expected)
+
+
+# 03 -- an optional bias and trailing Nones -----------------------------------------------------------
+
+def test_nn_linear_without_bias_registers_a_none_parameter():
+    layer = nn.Linear(3, 2, bias=False)
+    assert "bias" in layer._parameters and layer._parameters["bias"] is None
+    assert layer.bias is None
+    assert [name for name, _ in layer.named_parameters()] == ["weight"]
+    assert list(layer.state_dict()) == ["weight"]
+
+    class PlainNone(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bias = None
+
+    assert "bias" not in PlainNone()._parameters  # a plain attribute, not a registered parameter
+    plain = PlainNone()
+    plain.bias = torch.zeros(2)  # accepted, and still not a parameter
+    assert list(dict(plain.named_parameters())) == []
+    with pytest.raises(TypeError, match=r"torch.nn.Parameter or None expected"):
+        nn.Linear(3, 2, bias=False).bias = torch.zeros(2)
+
+
+def test_leaky_relu_gradient_is_the_slope_where_x_is_not_positive():
+    """03's LeakyReLU uses torch.where(x > 0, 1, slope), like F.leaky_relu (at 0 too)."""
+    x = torch.tensor([-1.0, 0.0, 2.0], requires_grad=True)
+    torch.nn.functional.leaky_relu(x, 0.1).sum().backward()
+    assert torch.allclose(x.grad, torch.tensor([0.1, 0.1, 1.0]))
+
+
+class _LinearNoBiasGrad(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias=None):
+        ctx.save_for_backward(x, weight)
+        return x @ weight.T if bias is None else x @ weight.T + bias
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        x, weight = ctx.saved_tensors
+        return grad_output @ weight, grad_output.T @ x, None
+
+
+def test_trailing_none_gradients_are_accepted():
+    """03: Linear.apply(x, w) with a three-value backward works when the extra value is None."""
+    x = torch.randn(5, 3, requires_grad=True)
+    w = torch.randn(4, 3, requires_grad=True)
+    _LinearNoBiasGrad.apply(x, w).sum().backward()
+    assert x.grad.shape == (5, 3) and w.grad.shape == (4, 3)
+
+
+def test_an_extra_gradient_that_is_not_none_is_refused():
+    class Extra(_LinearNoBiasGrad):
+        @staticmethod
+        def backward(ctx, grad_output):
+            x, weight = ctx.saved_tensors
+            return grad_output @ weight, grad_output.T @ x, grad_output.sum(0)
+
+    with pytest.raises(RuntimeError, match=r"incorrect number of gradients \(expected 2, got 3\)"):
+        Extra.apply(torch.randn(5, 3, requires_grad=True), torch.randn(4, 3)).sum().backward()
+
+
+def test_gradient_for_a_none_input_is_refused_with_a_one_based_position():
+    with pytest.raises(RuntimeError, match="different than None at position 3"):
+        class BiasGrad(_LinearNoBiasGrad):
+            @staticmethod
+            def backward(ctx, grad_output):
+                x, weight = ctx.saved_tensors
+                return grad_output @ weight, grad_output.T @ x, grad_output.sum(0)
+
+        BiasGrad.apply(torch.randn(5, 3, requires_grad=True), torch.randn(4, 3), None).sum().backward()
+
+
+# 04 -- devices, shapes and views ----------------------------------------------------------------------
+
+def _max_last_dim(with_device: bool):
+    class MaxLastDim(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            values, index = x.max(dim=-1)
+            ctx.mark_non_differentiable(index)
+            ctx.save_for_backward(index)
+            ctx.x_shape = x.shape
+            return values, index
+
+        @staticmethod
+        def backward(ctx, grad_values, grad_index):
+            (index,) = ctx.saved_tensors
+            where = {"device": grad_values.device} if with_device else {}
+            grad_x = torch.zeros(ctx.x_shape, dtype=grad_values.dtype, **where)
+            return grad_x.scatter(-1, index.unsqueeze(-1), grad_values.unsqueeze(-1))
+
+    return MaxLastDim
+
+
+def test_a_gradient_allocated_without_device_is_on_the_cpu_and_refused_elsewhere():
+    """04: torch.zeros(shape) in backward lands on the CPU; any other device refuses it.
+
+    The "meta" device stands in for a GPU here: same device check, no GPU needed.
+    """
+    x = torch.randn(2, 3, device="meta", requires_grad=True)
+    values, _ = _max_last_dim(with_device=False).apply(x)
+    with pytest.raises(RuntimeError, match="expected device meta but got cpu"):
+        torch.autograd.grad(values.sum(), x)
+    values, _ = _max_last_dim(with_device=True).apply(x)
+    (grad,) = torch.autograd.grad(values.sum(), x)
+    assert grad.device.type == "meta"
+
+
+def test_an_expandable_wrong_gradient_shape_is_silently_summed():
+    """04: autograd accepts a (2, 3) gradient for a (3,) input (pytorch issue 65244): the
+    same-shape rule is a best practice the checker enforces, not something autograd insists on."""
+
+    class Broadcasting(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, w):
+            return x * w
+
+        @staticmethod
+        def backward(ctx, grad_output):
+            return grad_output, grad_output  # w's gradient left unreduced: shape (2, 3)
+
+    w = torch.randn(3, requires_grad=True)
+    Broadcasting.apply(torch.randn(2, 3, requires_grad=True), w).sum().backward()
+    assert w.grad.tolist() == [2.0, 2.0, 2.0]
+
+
+@pytest.mark.parametrize("outputs", [1, 2])
+def test_a_view_of_the_input_returned_as_output_cannot_be_modified_in_place(outputs):
+    """04: single-output and multi-output Functions alike."""
+
+    class Tail(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return (2 * x[0], x[1:]) if outputs == 2 else x[1:]
+
+        @staticmethod
+        def backward(ctx, *grads):
+            if outputs == 2:
+                return torch.cat([2 * grads[0].unsqueeze(0), grads[1]])
+            return torch.cat([grads[0].new_zeros(1), grads[0]])
+
+    result = Tail.apply(torch.randn(4, requires_grad=True) * 1)
+    tail = result[1] if outputs == 2 else result
+    with pytest.raises(RuntimeError, match="is a view and is being modified inplace"):
+        tail.clamp_(-1, 1)
+
+
+# 07_gpu_timing -- summing a bias gradient over dim=() ----------------------------------------------------
+
+class _BiasTimesTwo(torch.autograd.Function):
+    """2 * (x + bias), with the bias gradient summed over "every dimension but the last"."""
+
+    @staticmethod
+    def forward(ctx, x, bias):
+        return 2 * (x + bias)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        grad_h = 2 * grad_output
+        return grad_h, grad_h.sum(dim=tuple(range(grad_h.dim() - 1)))
+
+
+def test_sum_over_an_empty_dim_tuple_sums_everything():
+    assert torch.tensor([1.0, 2.0, 3.0]).sum(dim=()).shape == ()
+
+
+def test_an_empty_dim_tuple_bias_gradient_fails_only_for_a_1d_input():
+    bias = torch.randn(3, requires_grad=True)
+    _BiasTimesTwo.apply(torch.randn(4, 3, requires_grad=True), bias).sum().backward()
+    assert bias.grad.tolist() == [8.0, 8.0, 8.0]  # 2-D input: right, the bug hides
+    with pytest.raises(RuntimeError, match=r"invalid gradient at index 1 - got \[\] but expected shape compatible with \[3\]"):
+        _BiasTimesTwo.apply(torch.randn(3, requires_grad=True), bias).sum().backward()
+
+
+# 01 -- when not to write a Function ---------------------------------------------------------------
+
+def test_a_tensor_hook_replaces_the_gradient_flowing_through_it():
+    x = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    y = x ** 2
+    y.register_hook(lambda grad: grad.clamp(max=1.0))
+    (10 * y).sum().backward()
+    assert x.grad.tolist() == [2.0, 4.0, 6.0]  # 2x * 1 instead of 2x * 10
+
+
+def test_the_detach_trick_has_the_value_of_f_and_the_gradient_of_the_identity():
+    x = torch.tensor([0.2, 1.7, 2.5], requires_grad=True)
+    rounded = x + (x.round() - x).detach()
+    rounded.sum().backward()
+    assert rounded.tolist() == [0.0, 2.0, 2.0] and x.grad.tolist() == [1.0, 1.0, 1.0]
+
+
+# 06 -- double backward: the two documented ways to keep an intermediate ---------------------------------
+
+class _SinSavedCos(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x.cos())
+        return x.sin()
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (cos_x,) = ctx.saved_tensors
+        return grad_output * cos_x
+
+
+class _SinAndCos(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        sin_x, cos_x = x.sin(), x.cos()
+        ctx.save_for_backward(sin_x, cos_x)
+        return sin_x, cos_x
+
+    @staticmethod
+    def backward(ctx, grad_sin, grad_cos):
+        sin_x, cos_x = ctx.saved_tensors
+        return grad_sin * cos_x - grad_cos * sin_x
+
+
+def test_a_saved_intermediate_fails_gradgradcheck_and_an_extra_output_fixes_it():
+    x = torch.tensor([0.5, 1.0, 2.0], dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(_SinSavedCos.apply, (x,))
+    assert not torch.autograd.gradgradcheck(_SinSavedCos.apply, (x,), raise_exception=False)
+    assert torch.autograd.gradgradcheck(lambda t: _SinAndCos.apply(t)[0], (x,))
+
+
+def test_a_backward_written_as_a_second_function_is_differentiated_through_it():
+    import numpy as np
+
+    class SinGrad(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, grad_output, x):
+            ctx.save_for_backward(grad_output, x)
+            return torch.from_numpy(grad_output.detach().numpy() * np.cos(x.detach().numpy()))
+
+        @staticmethod
+        def backward(ctx, grad_grad):
+            grad_output, x = ctx.saved_tensors
+            return grad_grad * x.cos(), -grad_grad * grad_output * x.sin()
+
+    class Sin(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x.sin()
+
+        @staticmethod
+        def backward(ctx, grad_output):
+            (x,) = ctx.saved_tensors
+            return SinGrad.apply(grad_output, x)
+
+    x = torch.tensor([0.5, 1.0, 2.0], dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradgradcheck(Sin.apply, (x,))
