@@ -56,7 +56,8 @@ def test_wrong_derivations_are_named(tmp_path):
 
 @pytest.mark.slow
 def test_numerically_careless_backward_passes_say_why(tmp_path):
-    """A softmax backward that exponentiates the logits again; a LayerNorm backward that divides by the std alone."""
+    """A softmax backward that exponentiates the logits again, a LayerNorm backward that divides by the std alone,
+    and a transposed product in Attention that makes backward raise in sum_to_size."""
     results = _grade_with_bugs(tmp_path, {
         "softmax": [("ctx.save_for_backward(y)", "ctx.save_for_backward(x)"),
                     ("(y,) = ctx.saved_tensors",
@@ -64,6 +65,9 @@ def test_numerically_careless_backward_passes_say_why(tmp_path):
         "layer_norm": [("g_xhat = grad_output * weight",
                         "r = 1 / (xhat / r).std(-1, unbiased=False, keepdim=True)  # no eps\n"
                         "        g_xhat = grad_output * weight")],
+        # A transposed product that sum_to_size then cannot reduce: backward raises.
+        "attention": [("grad_k = (grad_scores.mT @ q).sum_to_size(k.shape)",
+                       "grad_k = (q.mT @ grad_scores).sum_to_size(k.shape)")],
     })
     softmax, layer_norm = results["test_softmax"], results["test_layer_norm"]
     assert softmax.score == 0 and layer_norm.score == 0
@@ -71,4 +75,8 @@ def test_numerically_careless_backward_passes_say_why(tmp_path):
     assert "exponentiates x again and overflows" in softmax.message
     assert "LayerNorm's backward gives inf or NaN in the gradient for `x` on rows whose values are (nearly) all equal" in layer_norm.message
     assert "variance is 0 or about 1e-12" in layer_norm.message
-    assert results["test_attention"].passed and results["test_log_softmax_nll"].passed
+    attention = results["test_attention"]
+    assert attention.score == 0
+    assert "the gradient for `k` is wrong" in attention.message
+    assert "its last two dimensions are swapped: the matrix product is transposed" in attention.message
+    assert results["test_log_softmax_nll"].passed
