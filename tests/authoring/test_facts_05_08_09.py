@@ -1,0 +1,140 @@
+"""What notebooks 05, 08 and 09 say about PyTorch's behaviour, pinned on the installed torch."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.autograd import Function
+from torch.func import grad, vmap
+
+
+def test_exp_overflows_float64_at_710_and_the_naive_forms_break():
+    assert torch.isinf(torch.exp(torch.tensor(710.0, dtype=torch.float64)))
+    assert torch.isfinite(torch.exp(torch.tensor(709.0, dtype=torch.float64)))
+    x = torch.tensor([1000.0, 1001.0, 999.0], dtype=torch.float64)
+    assert torch.isinf(torch.log(torch.exp(x).sum()))
+    assert torch.isfinite(torch.logsumexp(x, dim=0))
+    far_below = torch.tensor([-1000.0, 0.0, 1.0], dtype=torch.float64)
+    assert torch.isinf(torch.log(torch.softmax(far_below, dim=0))[0])
+
+
+def test_softmax_gradient_of_a_plain_sum_is_zero():
+    x = torch.randn(2, 4, dtype=torch.float64, requires_grad=True)
+    torch.softmax(x, dim=-1).sum().backward()
+    assert torch.allclose(x.grad, torch.zeros_like(x))
+
+
+def test_layer_norm_uses_the_biased_variance():
+    x = torch.randn(3, 5, dtype=torch.float64)
+    mine = (x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + 1e-5)
+    assert torch.allclose(F.layer_norm(x, (5,), eps=1e-5), mine)
+
+
+def test_sum_to_size_sums_the_broadcast_dimensions():
+    g = torch.randn(2, 3, 5, 6)
+    assert torch.equal(g.sum_to_size(2, 1, 5, 6), g.sum(1, keepdim=True))
+    with pytest.raises(RuntimeError, match="expandable"):
+        g.sum_to_size(2, 1, 6, 5)
+
+
+def test_vmap_refuses_a_python_if_on_tensor_values():
+    def relu_with_if(x):
+        return x if (x > 0).all() else x.clamp(min=0)
+
+    with pytest.raises(RuntimeError, match="data-dependent control flow"):
+        vmap(grad(lambda x: relu_with_if(x).sum()))(torch.randn(2, 3))
+
+
+def _sqrt_with_backward(backward):
+    class Sqrt(Function):
+        @staticmethod
+        def forward(x):
+            return torch.sqrt(x)
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            ctx.save_for_backward(output)
+
+    Sqrt.backward = staticmethod(backward)
+    return Sqrt
+
+
+def _gradient_penalty_grad_w(function):
+    x = torch.tensor([0.0, 1.0, 4.0], requires_grad=True)
+    w = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    (grad_x,) = torch.autograd.grad((w * function.apply(x)).sum(), x, create_graph=True)
+    (grad_x ** 2).sum().backward()
+    return w.grad
+
+
+def test_one_where_backward_gives_nan_when_differentiated_again_and_double_where_does_not():
+    def one_where(ctx, g):
+        (y,) = ctx.saved_tensors
+        return torch.where(y > 0, g / (2 * y), 0.0)
+
+    def double_where(ctx, g):
+        (y,) = ctx.saved_tensors
+        return torch.where(y > 0, g / (2 * torch.where(y > 0, y, 1.0)), 0.0)
+
+    naive = _gradient_penalty_grad_w(_sqrt_with_backward(one_where))
+    safe = _gradient_penalty_grad_w(_sqrt_with_backward(double_where))
+    assert naive[0].isnan() and torch.allclose(naive[1:], torch.tensor([1.0, 0.375]))
+    assert torch.allclose(safe, torch.tensor([0.0, 1.0, 0.375]))
+
+
+def test_custom_op_vmap_falls_back_to_one_call_per_example_until_register_vmap():
+    calls = []
+
+    @torch.library.custom_op("facts_05_08_09::row_norms", mutates_args=())
+    def row_norms(x: torch.Tensor) -> torch.Tensor:
+        calls.append(tuple(x.shape))
+        return torch.from_numpy(np.linalg.norm(x.numpy(), axis=-1))
+
+    @row_norms.register_fake
+    def _(x):
+        return x.new_empty(x.shape[:-1])
+
+    torch._C._functorch._set_vmap_fallback_warning_enabled(False)
+    try:
+        vmap(row_norms)(torch.randn(5, 4, 3))
+    finally:
+        torch._C._functorch._set_vmap_fallback_warning_enabled(True)
+    assert calls == [(4, 3)] * 5
+    calls.clear()
+    row_norms.register_vmap(lambda info, in_dims, x: (row_norms(x.movedim(in_dims[0], 0)), 0))
+    vmap(row_norms, in_dims=2)(torch.randn(5, 4, 3))
+    assert calls == [(3, 5, 4)]
+
+
+def test_opcheck_catches_an_undeclared_mutation_and_a_declared_one_compiles_without_fake():
+    @torch.library.custom_op("facts_05_08_09::scale_undeclared", mutates_args=())
+    def scale_undeclared(x: torch.Tensor, factor: float) -> torch.Tensor:
+        x.numpy()[:] *= factor
+        return x.clone()
+
+    @scale_undeclared.register_fake
+    def _(x, factor):
+        return torch.empty_like(x)
+
+    with pytest.raises(Exception, match="not defined as mutable but was mutated"):
+        torch.library.opcheck(scale_undeclared, (torch.randn(3), 2.0))
+
+    @torch.library.custom_op("facts_05_08_09::scale_", mutates_args={"x"})
+    def scale_(x: torch.Tensor, factor: float) -> None:
+        x.numpy()[:] *= factor
+
+    assert all(v == "SUCCESS" for v in torch.library.opcheck(scale_, (torch.randn(3), 2.0)).values())
+
+    def scale_then_add(x):
+        y = x * 2
+        scale_(y, 3.0)
+        return y + 1
+
+    torch.compiler.reset()
+    try:
+        compiled = torch.compile(scale_then_add, backend="aot_eager", fullgraph=True)(torch.ones(3))
+    finally:
+        torch.compiler.reset()
+    assert torch.equal(compiled, torch.full((3,), 7.0))
