@@ -120,6 +120,7 @@ def build(course: Course, output: Path, assignments: list[str] | None = None,
     from myst_nb.core.execute.base import ExecutionError
     from sphinx.application import Sphinx
     from sphinx.errors import SphinxError
+    from sphinx.util.docutils import docutils_namespace, patch_docutils
 
     output = Path(output).resolve()
     work = Path(work).resolve() if work else course.root / "build" / "book"
@@ -132,10 +133,11 @@ def build(course: Course, output: Path, assignments: list[str] | None = None,
     cache = work / "jupyter_cache"
     before = {record.pk for record in get_cache(str(cache)).list_cache_records()}
     try:
-        app = Sphinx(str(source), str(CONF_DIR), str(output), str(work / "doctrees"), "html",
-                     confoverrides={"nb_execution_cache_path": str(cache)}, status=sys.stdout,
-                     warning=sys.stderr, warningiserror=True)
-        app.build()
+        with patch_docutils(CONF_DIR), docutils_namespace():  # as sphinx-build does: a second build in one process works
+            app = Sphinx(str(source), str(CONF_DIR), str(output), str(work / "doctrees"), "html",
+                         confoverrides={"nb_execution_cache_path": str(cache)}, status=sys.stdout,
+                         warning=sys.stderr, warningiserror=True)
+            app.build()
     except (SphinxError, ExecutionError) as error:  # warnings are errors: a broken link, a cell that raises
         raise CourseError(f"the book did not build: {error}") from error
     if app.statuscode:
