@@ -190,9 +190,7 @@ def test_every_internal_link_resolves(built_book):
 
 def test_a_second_build_runs_no_notebook_and_a_change_reruns_only_its_chapter(built_book, tmp_path):
     """Counted from jupyter-cache's records; also: an old generator's book/ is replaced, a hint stays folded."""
-    for name in ("course", "work"):
-        shutil.copytree(built_book.output.parent / name, tmp_path / name)
-    course = Course(tmp_path / "course")
+    course = _copy_of_the_built_course(built_book, tmp_path)
     output = tmp_path / "book"
     output.mkdir()
     (output / ".autograder-book").write_text("the hand-written generator's marker")
@@ -219,6 +217,37 @@ def test_a_second_build_runs_no_notebook_and_a_change_reruns_only_its_chapter(bu
     assert hints == [{}], f"the hint should be one closed <details>: {hints}"
     html = page.path.read_text(encoding="utf-8")
     assert html.index("<summary>Hint</summary>") < html.index("3x^2") < html.index("</details>", html.index("<summary>Hint"))
+
+
+def _copy_of_the_built_course(built_book, tmp_path) -> Course:
+    """The session's course and work folder (sources, doctrees, cache), to change without harm."""
+    for name in ("course", "work"):
+        shutil.copytree(built_book.output.parent / name, tmp_path / name)
+    return Course(tmp_path / "course")
+
+
+def _edit_first_cell(course: Course, cell_type: str, text: str) -> None:
+    solution = course.solutions / "01_first_function" / "01_first_function.ipynb"
+    notebook = read_notebook(solution)
+    cell = next(cell for cell in notebook["cells"] if cell["cell_type"] == cell_type)
+    cell["source"] = source(cell) + text
+    solution.write_text(json.dumps(notebook, indent=1), encoding="utf-8")
+
+
+def test_a_warning_fails_the_build(built_book, tmp_path, capsys):
+    """A broken link in a chapter's text: Sphinx's warning is an error (no notebook runs: the code is cached)."""
+    course = _copy_of_the_built_course(built_book, tmp_path)
+    _edit_first_cell(course, "markdown", "\n\nSee [the missing page](no_such_page.md).\n")
+    with pytest.raises(CourseError, match="did not build"):
+        build(course, tmp_path / "book", ["01_first_function"], work=tmp_path / "work")
+    assert "no_such_page" in capsys.readouterr().err
+
+
+def test_a_cell_that_raises_fails_the_build(built_book, tmp_path):
+    course = _copy_of_the_built_course(built_book, tmp_path)
+    _edit_first_cell(course, "code", "\nraise RuntimeError('a broken chapter')\n")
+    with pytest.raises(CourseError, match="did not build"):
+        build(course, tmp_path / "book", ["01_first_function"], work=tmp_path / "work")
 
 
 def test_the_repository_for_colab_and_binder_is_one_setting(monkeypatch):

@@ -49,6 +49,8 @@ html_theme_options = {
 }
 html_sidebars = {"**": ["chapters"]}
 templates_path = [str(Path(__file__).parent / "templates")]
+html_static_path = [str(Path(__file__).parent / "static")]
+html_css_files = ["book.css"]
 html_copy_source = False  # the only notebooks to download are the student ones, linked on each chapter
 html_show_sourcelink = False
 html_last_updated_fmt = None
