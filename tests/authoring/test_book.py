@@ -250,6 +250,15 @@ def test_a_cell_that_raises_fails_the_build(built_book, tmp_path):
         build(course, tmp_path / "book", ["01_first_function"], work=tmp_path / "work")
 
 
+def test_a_chapter_runs_again_when_its_data_changes(course_copy):
+    """jupyter-cache matches on code only: the hidden cell's digest changes with the data beside the notebook."""
+    before = {chapter.assignment: book_module._inputs_digest(chapter) for chapter in book_module.chapters(course_copy)}
+    data = course_copy.solutions / "01_first_function" / "table.json"
+    data.write_text("[1, 2, 3]")
+    after = {chapter.assignment: book_module._inputs_digest(chapter) for chapter in book_module.chapters(course_copy)}
+    assert [a for a in before if before[a] != after[a]] == ["01_first_function"]
+
+
 def test_the_repository_for_colab_and_binder_is_one_setting(monkeypatch):
     monkeypatch.setenv(REPOSITORY_VARIABLE, "https://github.com/someone/fork.git/")
     assert repository() == ("https://github.com/someone/fork", "main")

@@ -14,12 +14,14 @@ in a work folder (``build/book/`` by default) and runs Sphinx with warnings as e
   turns into the image's alt text with the chapter's title.
 
 Files are rewritten only when their content changes, so Sphinx re-reads only what changed, and a
-notebook whose code is unchanged is not executed again (jupyter-cache matches on the code).
+notebook is not executed again unless its code, its data files or ``autograder.student`` changed
+(jupyter-cache matches on the code; the hidden cell carries a digest of the other two).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import io
 import os
 import re
@@ -34,6 +36,7 @@ from urllib.parse import quote
 import nbformat
 from nbgrader.preprocessors import ClearHiddenTests
 
+import autograder.student
 from autograder.authoring.course import Course, CourseError
 
 CONF_DIR = Path(__file__).resolve().parent  # conf.py lives beside this file
@@ -217,12 +220,25 @@ def _chapter_notebook(chapter: Chapter, url: str, branch: str) -> str:
         heading = next((i for i, line in enumerate(lines) if line.startswith("#")), -1)
         lines.insert(heading + 1, "\n" + _work_on_it(chapter, url, branch) + "\n")
         first.source = "\n".join(lines)
-    setup = nbformat.v4.new_code_cell(FIGURE_TITLES_CELL, metadata={"tags": ["remove-cell"]})
+    setup = nbformat.v4.new_code_cell(f"# outputs depend on: {_inputs_digest(chapter)}\n{FIGURE_TITLES_CELL}",
+                                      metadata={"tags": ["remove-cell"]})
     notebook.cells.insert(0, setup)
     for cell in notebook.cells:
         cell.pop("id", None)  # nbformat 4.5 ids are not needed and would make every write differ
     notebook.nbformat_minor = 4
     return nbformat.writes(notebook)
+
+
+def _inputs_digest(chapter: Chapter) -> str:
+    """A digest of what a chapter's outputs depend on besides its code: the data files beside it and
+    the package its notebook imports. jupyter-cache matches notebooks on their code, so putting
+    this in a cell makes a change to either run the chapter again."""
+    digest = hashlib.sha256()
+    folder = chapter.solution.parent
+    package = Path(autograder.student.__file__).parent
+    for path in _data_files(folder) + sorted(package.rglob("*.py")):
+        digest.update(path.name.encode() + path.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def _work_on_it(chapter: Chapter, url: str, branch: str) -> str:
