@@ -107,9 +107,9 @@ postgres:  ## Install Debian's PostgreSQL server for the gradebook tests (apt-ge
 	  || DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y postgresql \
 	  || { $(SUDO) apt-get update && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y postgresql; }
 
-book: install  ## Render the course, solutions run, as a static HTML site in book/
+book: install  ## Build the course as a website in book/ (Sphinx + MyST-NB; runs cached in build/book/)
 	$(BIN)/python -m autograder book
 
 clean:  ## Remove the instructor workspace (grading/), book/ and caches; keeps .venv
-	rm -rf grading book .pytest_cache test-artifacts
+	rm -rf grading book build/book .pytest_cache test-artifacts
 	find . -name __pycache__ -not -path './$(VENV)/*' -prune -exec rm -rf {} +

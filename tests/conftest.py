@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,29 @@ def course_copy(tmp_path) -> Course:
         shutil.copytree(REPO / folder, tmp_path / folder)
     (tmp_path / "grading").mkdir()
     return Course(tmp_path)
+
+
+@dataclass
+class BuiltBook:
+    """The course's book built once for the test session, from a copy of the course."""
+
+    course: Course  # the copy it was built from
+    output: Path  # the HTML site
+    work: Path  # Sphinx's sources, doctrees and the execution cache
+    executed: list[str]  # notebooks the build ran
+
+
+@pytest.fixture(scope="session")
+def built_book(tmp_path_factory) -> BuiltBook:
+    """Every chapter built with ``python -m autograder book``'s code, once per session (it runs every notebook)."""
+    from autograder.authoring.book import build
+
+    root = tmp_path_factory.mktemp("book")
+    for folder in ("solutions", "course"):
+        shutil.copytree(REPO / folder, root / "course" / folder)
+    course = Course(root / "course")
+    built = build(course, root / "book", work=root / "work")
+    return BuiltBook(course, root / "book", root / "work", built.executed)
 
 
 def read_notebook(path: Path) -> dict:

@@ -1,31 +1,37 @@
-"""The rendered course (make book): every chapter run and rendered, figures embedded, links that resolve."""
+"""The rendered course (make book): Sphinx + MyST-NB, every chapter run, cached, links that resolve.
+
+The book is built once per session (``built_book`` in conftest.py); what a reader sees in a
+browser (math, search, dark mode, folded answers) is in tests/test_browser.py.
+"""
 
 from __future__ import annotations
 
-import base64
+import io
+import json
+import shutil
 import subprocess
 import sys
+import zipfile
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 import pytest
 
-from autograder.authoring.book import build
-from autograder.authoring.course import CourseError
+from autograder.authoring import book as book_module
+from autograder.authoring.book import REPOSITORY_VARIABLE, build, repository
+from autograder.authoring.course import Course, CourseError
 from conftest import REPO, read_notebook, source
 
 pytestmark = pytest.mark.slow
 
-PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-
 
 class Page(HTMLParser):
-    """An HTML page's links, images, element ids and visible text."""
+    """An HTML page's links, images (with alt), element ids, <details> elements and visible text."""
 
     def __init__(self, path: Path):
         super().__init__()
-        self.path, self.links, self.images, self.ids, self.text = path, [], [], set(), []
+        self.path, self.links, self.images, self.ids, self.details, self.text = path, [], [], set(), [], []
         self._skip = 0
         self.feed(path.read_text(encoding="utf-8"))
 
@@ -36,7 +42,9 @@ class Page(HTMLParser):
         if tag == "a" and attrs.get("href"):
             self.links.append(attrs["href"])
         if tag == "img":
-            self.images.append(attrs.get("src", ""))
+            self.images.append(attrs)
+        if tag == "details":
+            self.details.append(attrs)
         if tag in ("script", "style"):
             self._skip += 1
 
@@ -53,82 +61,41 @@ class Page(HTMLParser):
         return "".join(self.text)
 
 
-def _solutions(course) -> list[Path]:
+def _solutions(course: Course) -> list[Path]:
     return [nb for assignment in course.assignments() for nb in course.notebooks(assignment)]
 
 
-@pytest.fixture(scope="session")
-def book(course, tmp_path_factory) -> Path:
-    """The whole course rendered once into a temporary folder."""
-    output = tmp_path_factory.mktemp("book") / "book"
-    build(course, output)
-    return output
+def _page(built_book, solution: Path) -> Path:
+    return built_book.output / solution.parent.name / f"{solution.stem}.html"
 
 
-def test_every_chapter_has_a_page_listed_in_the_index(course, book):
-    index = Page(book / "index.html")
-    for solution in _solutions(course):
-        page = book / f"{solution.stem}.html"
-        assert page.is_file(), f"no page for {solution}"
-        assert page.name in index.links, f"the index does not link {page.name}"
-        title = next(line.lstrip("#").strip() for cell in read_notebook(solution)["cells"]
-                     if cell["cell_type"] == "markdown" for line in source(cell).splitlines() if line.startswith("#"))
+def _title(solution: Path) -> str:
+    return next(line.lstrip("#").strip() for cell in read_notebook(solution)["cells"]
+                if cell["cell_type"] == "markdown" for line in source(cell).splitlines() if line.startswith("#"))
+
+
+def _downloads(built_book, page: Page, suffix: str) -> list[Path]:
+    return [(page.path.parent / unquote(link)).resolve() for link in page.links
+            if "_downloads/" in link and link.endswith(suffix)]
+
+
+def test_the_first_build_ran_every_chapter(built_book):
+    assert built_book.executed == [f"{s.parent.name}/{s.stem}" for s in _solutions(built_book.course)]
+
+
+def test_every_chapter_has_a_page_listed_in_the_index_under_its_title(built_book):
+    index = Page(built_book.output / "index.html")
+    for solution in _solutions(built_book.course):
+        page = _page(built_book, solution)
+        assert page.is_file(), f"no page for {solution.name}"
+        assert f"{solution.parent.name}/{page.name}" in index.links, f"the index does not link {page.name}"
+        title = _title(solution).replace("`", "")  # Markdown code in a title is code, not backticks
         assert title in index.visible_text and title in Page(page).visible_text
+        assert f"<title>{title}" in page.read_text(encoding="utf-8"), f"{page.name}: wrong <title>"
 
 
-def test_student_notebooks_are_linked_copies_of_the_release(course, book):
-    index = Page(book / "index.html")
-    for solution in _solutions(course):
-        released = course.release / solution.parent.name / solution.name
-        if not released.is_file():
-            continue  # an assignment in the making: its chapter says "not released yet"
-        link = f"notebooks/{solution.parent.name}/{solution.name}"
-        assert link in index.links and link in Page(book / f"{solution.stem}.html").links
-        assert (book / link).read_bytes() == released.read_bytes()
-
-
-def test_chapters_link_previous_index_and_next_in_course_order(course, book):
-    pages = [f"{solution.stem}.html" for solution in _solutions(course)]
-    for i, name in enumerate(pages):
-        links = set(Page(book / name).links)
-        assert "index.html" in links
-        neighbours = {pages[j] for j in (i - 1, i + 1) if 0 <= j < len(pages)}
-        assert neighbours <= links, f"{name} lacks a link to {neighbours - links}"
-        assert not (set(pages) - neighbours - {name}) & links, f"{name} links chapters that are not its neighbours"
-
-
-def test_every_figure_is_embedded(course, book):
-    """Every plt.show() of a solution gives a PNG inside its page; no image is a separate file."""
-    for solution in _solutions(course):
-        page = Page(book / f"{solution.stem}.html")
-        shows = sum(source(cell).count("plt.show()") for cell in read_notebook(solution)["cells"]
-                    if cell["cell_type"] == "code")
-        pngs = [src for src in page.images if src.startswith("data:image/png;base64,")]
-        assert len(pngs) >= shows, f"{page.path.name}: {len(pngs)} embedded figures for {shows} plt.show() calls"
-        assert pngs == page.images, f"{page.path.name} has images that are not embedded PNGs"
-        for png in pngs:
-            assert base64.b64decode(png.split(",", 1)[1]).startswith(PNG_SIGNATURE)
-
-
-def test_every_internal_link_resolves(book):
-    pages = {path: Page(path) for path in book.glob("*.html")}
-    checked = 0
-    for path, page in pages.items():
-        for link in page.links:
-            parts = urlsplit(link)
-            if parts.scheme or parts.netloc:
-                continue  # external
-            target = (path.parent / unquote(parts.path)).resolve() if parts.path else path
-            assert target.is_file(), f"{path.name} links {link}, which is not in the book"
-            assert book.resolve() in target.parents, f"{path.name} links {link}, outside the book"
-            if parts.fragment and target.suffix == ".html":  # browsers match the id as written, then decoded
-                assert {parts.fragment, unquote(parts.fragment)} & pages[target].ids, f"{path.name} links {link}: no such anchor"
-            checked += 1
-    assert checked > 2 * len(pages)
-
-
-def test_chapters_show_the_answers_but_not_the_hidden_tests(course, book):
-    for solution in _solutions(course):
+def test_chapters_show_the_answers_folded_and_never_the_hidden_tests(built_book):
+    for solution in _solutions(built_book.course):
         cells = read_notebook(solution)["cells"]
         shown, hidden = [], []
         for cell in cells:
@@ -138,25 +105,176 @@ def test_chapters_show_the_answers_but_not_the_hidden_tests(course, book):
                     inside = "BEGIN" in line
                 elif line.strip():
                     (hidden if inside else shown).append(line.strip())
-        text = Page(book / f"{solution.stem}.html").visible_text
+        page = Page(_page(built_book, solution))
+        text = page.visible_text
         assert "BEGIN SOLUTION" not in text and "HIDDEN TESTS" not in text
         lines = {line.strip() for line in text.splitlines()}
         hidden_only = {line for line in set(hidden) - set(shown) if len(line) > 10}  # not "]" and the like
         leaked = sorted(hidden_only & lines)
         assert not leaked, f"{solution.name}: hidden test lines in the book: {leaked}"
-        answers = [line.strip() for cell in cells if cell.get("metadata", {}).get("nbgrader", {}).get("solution")
-                   for line in source(cell).splitlines() if line.strip() and "### " not in line]
+        answer_cells = [cell for cell in cells if cell.get("metadata", {}).get("nbgrader", {}).get("solution")]
+        answers = [line.strip() for cell in answer_cells for line in source(cell).splitlines()
+                   if line.strip() and "### " not in line]
         missing = [line for line in answers if line not in lines]
         assert not missing, f"{solution.name}: answer lines missing from the book: {missing[:3]}"
+        folded = [d for d in page.details if "hide" in d.get("class", "") and "open" not in d]
+        assert len(folded) == len(answer_cells), f"{solution.name}: {len(folded)} folded answers for {len(answer_cells)}"
+        assert "Traceback (most recent call last)" not in text, f"{solution.name}: a cell printed a traceback"
+
+
+def test_each_chapter_offers_its_student_notebook_with_its_data_and_never_a_solution(built_book):
+    course = built_book.course
+    url, branch = repository()
+    solutions = {path.read_bytes() for path in _solutions(course)}
+    for solution in _solutions(course):
+        released = course.release / solution.parent.name / solution.name
+        page = Page(_page(built_book, solution))
+        path = f"course/{solution.parent.name}/{solution.name}"
+        owner_name = url.removeprefix("https://github.com/")
+        assert f"https://colab.research.google.com/github/{owner_name}/blob/{branch}/{path}" in page.links
+        assert any(link.startswith(f"https://mybinder.org/v2/gh/{owner_name}/{branch}?labpath=")
+                   and unquote(link.split("labpath=")[1]) == path for link in page.links)
+        [notebook] = _downloads(built_book, page, ".ipynb")
+        assert notebook.read_bytes() == released.read_bytes()
+        [archive] = _downloads(built_book, page, ".zip")
+        with zipfile.ZipFile(archive) as zipped:
+            inside = {name: zipped.read(name) for name in zipped.namelist()}
+        folder = released.parent
+        expected = {f"{folder.name}/{p.relative_to(folder).as_posix()}": p.read_bytes()
+                    for p in folder.rglob("*") if p.is_file() and ".ipynb_checkpoints" not in p.parts}
+        assert inside == expected, f"{archive.name}: {sorted(inside)} instead of {sorted(expected)}"
+    every_file = [p for p in built_book.output.rglob("*") if p.is_file() and p.suffix in (".ipynb", ".zip", ".txt")]
+    assert not [p for p in every_file if p.read_bytes() in solutions], "a solution notebook is in the book"
+
+
+def test_every_figure_has_alt_text_with_its_chapter_and_title(built_book):
+    images = 0
+    for solution in _solutions(built_book.course):
+        page = Page(_page(built_book, solution))
+        title = _title(solution).replace("`", "")
+        for image in page.images:
+            assert title in image.get("alt", ""), f"{page.path.name}: an image without alt text naming the chapter: {image}"
+            images += 1
+    assert images >= len(_solutions(built_book.course))
+    first = Page(built_book.output / "01_first_function" / "01_first_function.html")
+    assert any(image["alt"].endswith(": backward graph of Net()(x1, x2)") for image in first.images), \
+        [image["alt"] for image in first.images]  # the title draw_graph gave that figure
+
+
+def test_math_is_served_by_the_book_itself(built_book):
+    """MathJax is loaded from _static/ (no CDN), so formulas render offline."""
+    page = (built_book.output / "06_checking_gradients" / "06_checking_gradients.html").read_text(encoding="utf-8")
+    assert 'src="../_static/mathjax/tex-chtml.js' in page
+    assert (built_book.output / "_static" / "mathjax" / "tex-chtml.js").is_file()
+    assert "cdn." not in page and "jsdelivr" not in page
+
+
+def test_every_internal_link_resolves(built_book):
+    pages = {path: Page(path) for path in built_book.output.rglob("*.html") if "_static" not in path.parts}
+    checked = 0
+    for path, page in pages.items():
+        for link in page.links:
+            parts = urlsplit(link)
+            if parts.scheme or parts.netloc:
+                continue  # external: Colab, Binder
+            target = (path.parent / unquote(parts.path)).resolve() if parts.path else path
+            if target.is_dir():
+                target = target / "index.html"
+            assert target.is_file(), f"{path.name} links {link}, which is not in the book"
+            assert built_book.output.resolve() in target.parents, f"{path.name} links {link}, outside the book"
+            if parts.fragment and target.suffix == ".html":
+                assert {parts.fragment, unquote(parts.fragment)} & pages[target].ids, f"{path.name} links {link}: no such anchor"
+            checked += 1
+    assert checked > 5 * len(pages)
+
+
+def test_a_second_build_runs_no_notebook_and_a_change_reruns_only_its_chapter(built_book, tmp_path):
+    """Counted from jupyter-cache's records; also: an old generator's book/ is replaced, a hint stays folded."""
+    course = _copy_of_the_built_course(built_book, tmp_path)
+    output = tmp_path / "book"
+    output.mkdir()
+    (output / ".autograder-book").write_text("the hand-written generator's marker")
+    (output / "01_first_function.html").write_text("an old page")
+
+    again = build(course, output, work=tmp_path / "work")
+    assert again.executed == []
+    assert not (output / "01_first_function.html").exists() and not (output / ".autograder-book").exists()
+    assert (output / "06_checking_gradients" / "06_checking_gradients.html").is_file()
+
+    solution = course.solutions / "01_first_function" / "01_first_function.ipynb"
+    notebook = read_notebook(solution)
+    code = next(cell for cell in notebook["cells"] if cell["cell_type"] == "code")
+    code["source"] = source(code) + "\nprint('a change')\n"
+    hint = {"cell_type": "markdown", "id": "book-test-hint", "metadata": {},
+            "source": "<details>\n<summary>Hint</summary>\n\nUse $\\frac{d}{dx} x^3 = 3x^2$.\n\n</details>"}
+    notebook["cells"].insert(1, hint)
+    solution.write_text(json.dumps(notebook, indent=1), encoding="utf-8")
+    changed = build(course, output, work=tmp_path / "work")
+    assert changed.executed == ["01_first_function/01_first_function"]
+    page = Page(output / "01_first_function" / "01_first_function.html")
+    assert "a change" in page.visible_text
+    hints = [d for d in page.details if "hide" not in d.get("class", "")]
+    assert hints == [{}], f"the hint should be one closed <details>: {hints}"
+    html = page.path.read_text(encoding="utf-8")
+    assert html.index("<summary>Hint</summary>") < html.index("3x^2") < html.index("</details>", html.index("<summary>Hint"))
+
+
+def _copy_of_the_built_course(built_book, tmp_path) -> Course:
+    """The session's course and work folder (sources, doctrees, cache), to change without harm."""
+    for name in ("course", "work"):
+        shutil.copytree(built_book.output.parent / name, tmp_path / name)
+    return Course(tmp_path / "course")
+
+
+def _edit_first_cell(course: Course, cell_type: str, text: str) -> None:
+    solution = course.solutions / "01_first_function" / "01_first_function.ipynb"
+    notebook = read_notebook(solution)
+    cell = next(cell for cell in notebook["cells"] if cell["cell_type"] == cell_type)
+    cell["source"] = source(cell) + text
+    solution.write_text(json.dumps(notebook, indent=1), encoding="utf-8")
+
+
+def test_a_warning_fails_the_build(built_book, tmp_path, capsys):
+    """A broken link in a chapter's text: Sphinx's warning is an error (no notebook runs: the code is cached)."""
+    course = _copy_of_the_built_course(built_book, tmp_path)
+    _edit_first_cell(course, "markdown", "\n\nSee [the missing page](no_such_page.md).\n")
+    with pytest.raises(CourseError, match="did not build"):
+        build(course, tmp_path / "book", ["01_first_function"], work=tmp_path / "work")
+    assert "no_such_page" in capsys.readouterr().err
+
+
+def test_a_cell_that_raises_fails_the_build(built_book, tmp_path):
+    course = _copy_of_the_built_course(built_book, tmp_path)
+    _edit_first_cell(course, "code", "\nraise RuntimeError('a broken chapter')\n")
+    with pytest.raises(CourseError, match="did not build"):
+        build(course, tmp_path / "book", ["01_first_function"], work=tmp_path / "work")
+
+
+def test_a_chapter_runs_again_when_its_data_changes(course_copy):
+    """jupyter-cache matches on code only: the hidden cell's digest changes with the data beside the notebook."""
+    before = {chapter.assignment: book_module._inputs_digest(chapter) for chapter in book_module.chapters(course_copy)}
+    data = course_copy.solutions / "01_first_function" / "table.json"
+    data.write_text("[1, 2, 3]")
+    after = {chapter.assignment: book_module._inputs_digest(chapter) for chapter in book_module.chapters(course_copy)}
+    assert [a for a in before if before[a] != after[a]] == ["01_first_function"]
+
+
+def test_the_repository_for_colab_and_binder_is_one_setting(monkeypatch):
+    monkeypatch.setenv(REPOSITORY_VARIABLE, "https://github.com/someone/fork.git/")
+    assert repository() == ("https://github.com/someone/fork", "main")
+    monkeypatch.delenv(REPOSITORY_VARIABLE)
+    monkeypatch.setattr(book_module, "_origin_on_github", lambda: None)
+    assert repository()[0] == book_module.DEFAULT_REPOSITORY
 
 
 def test_a_folder_that_is_not_a_book_is_never_replaced(course, tmp_path):
     (tmp_path / "notes.txt").write_text("mine")
     with pytest.raises(CourseError, match="not a book built by this command"):
-        build(course, tmp_path)
+        build(course, tmp_path, work=tmp_path / "work")
     assert (tmp_path / "notes.txt").read_text() == "mine"
 
 
 def test_book_command_line_help():
-    result = subprocess.run([sys.executable, "-m", "autograder.authoring.book", "--help"], capture_output=True, text=True, cwd=REPO)
-    assert result.returncode == 0 and "--output" in result.stdout
+    for command in (["-m", "autograder.authoring.book"], ["-m", "autograder", "book"]):
+        result = subprocess.run([sys.executable, *command, "--help"], capture_output=True, text=True, cwd=REPO)
+        assert result.returncode == 0 and "--output" in result.stdout and REPOSITORY_VARIABLE in result.stdout
