@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
 
 from pathlib import Path
 
 from autograder.authoring.course import Course, CourseError, release
-from autograder.grading.executor import Limits
-from autograder.grading.selfcheck import check_notebook
-from autograder.authoring.validation import validate
 
 
 def _release(args, course: Course) -> int:
@@ -21,6 +19,8 @@ def _release(args, course: Course) -> int:
 
 
 def _validate(args, course: Course) -> int:
+    from autograder.authoring.validation import validate
+
     verdicts = validate(course, args.assignments)
     for v in verdicts:
         role = "release (must pass nothing)" if v.released else "solution (must pass everything)"
@@ -33,6 +33,8 @@ def _validate(args, course: Course) -> int:
 
 
 def _check(args, course: Course) -> int:
+    from autograder.grading.selfcheck import check_notebook
+
     results = check_notebook(args.notebook, course)
     for r in results:
         print(f"{'PASS' if r.passed else 'FAIL'}  {r.score:g}/{r.max_score:g}  {r.grade_id}: {r.description}")
@@ -42,7 +44,21 @@ def _check(args, course: Course) -> int:
     failed = sum(not r.passed for r in results)
     print(f"score: {score:g} / {total:g}")
     print(f"{len(results) - failed} passed, {failed} failed")
+    if not course.has_solutions:
+        print("These are the visible tests of your notebook. The grader runs more (hidden tests: other "
+              "shapes, values and random upstream gradients), so a passing check is not yet a full mark.")
     return 0 if failed == 0 else 1
+
+
+def _publish(args, course: Course) -> int:
+    from autograder.authoring.publish import publish
+
+    out = args.out or course.root / "dist" / ("self-study-edition" if args.self_study else "student-edition")
+    written = publish(course, out, self_study=args.self_study)
+    files = sum(1 for p in written.rglob("*") if p.is_file())
+    label = "self-study edition (WITH the solutions)" if args.self_study else "student distribution (no solutions)"
+    print(f"wrote the {label}: {written} ({files} files) and {written}.zip")
+    return 0
 
 
 def _collect(args, course: Course) -> int:
@@ -67,6 +83,7 @@ def _roster(args, course: Course) -> int:
 
 
 def _grade(args, course: Course) -> int:
+    from autograder.grading.executor import Limits
     from autograder.grading.grade import GRADES_CSV, grade
 
     limits = Limits(cell_timeout=args.timeout, memory=int(args.memory * 1024**3) if args.memory else None,
@@ -128,7 +145,7 @@ def _demo(args, course: Course) -> int:
 def _bench(args, course: Course) -> int:
     from autograder.grading.bench import bench
 
-    result = bench(args.students, args.jobs)
+    result = bench(course, args.students, args.jobs)
     return 1 if result["differences"] else 0
 
 
@@ -137,6 +154,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m autograder",
         description="Release, validate and grade the course 'Custom autograd Functions in PyTorch'.",
     )
+    parser.add_argument("--course", type=Path, metavar="DIR", default=None,
+                        help="the course folder (with solutions/ or course/); default: $AUTOGRADER_COURSE_ROOT, "
+                             "else the current folder")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = commands.add_parser("release", help="generate the student notebooks in course/ from solutions/",
@@ -152,18 +172,34 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("assignments", nargs="*", metavar="ASSIGNMENT", help="assignment ids (default: all)")
     p.set_defaults(run=_validate)
 
-    p = commands.add_parser("check", help="grade one notebook locally against the full tests",
-                            description="Autograde one notebook (your copy of an assignment) with every "
-                                        "test, hidden ones included, and print each test's result and "
-                                        "message. Exits 1 unless every test passes.")
+    p = commands.add_parser("check", help="grade one notebook locally (visible tests, or all where solutions/ is)",
+                            description="Autograde one notebook (your copy of an assignment) and print each "
+                                        "test's points, PASS/FAIL and message. With the instructor's "
+                                        "solutions/ present every test runs, hidden ones included; in a "
+                                        "student distribution the visible tests run, and the grader runs "
+                                        "more. Exits 1 unless every test passes.")
     p.add_argument("notebook", type=Path, help="path to your .ipynb (named like the assignment)")
     p.set_defaults(run=_check)
 
-    from autograder.authoring import book  # the command's arguments and run() live there (python -m autograder.authoring.book)
-    p = commands.add_parser("book", help="render the course, solutions run, as a static HTML site in book/",
-                            description=book.DESCRIPTION)
-    book.add_arguments(p)
-    p.set_defaults(run=book.run)
+    if importlib.util.find_spec("autograder.authoring.publish") is not None:
+        p = commands.add_parser("publish", help="write the student distribution (no solutions) to dist/",
+                                description="Write what students get and nothing else: course/, the "
+                                            "student's library, a README for students, the environment "
+                                            "files and binder/, as a folder and a zip (default "
+                                            "dist/student-edition). No solution or hidden test is in it.")
+        p.add_argument("--out", type=Path, default=None, metavar="DIR", help="folder to write (replaced)")
+        p.add_argument("--self-study", action="store_true",
+                       help="write the self-study edition instead: the same plus solutions/, labelled as such")
+        p.set_defaults(run=_publish)
+
+    # The command's arguments and run() live in autograder.authoring.book (python -m autograder.authoring.book);
+    # a student distribution ships no authoring tools, so no `book` there.
+    if importlib.util.find_spec("autograder.authoring.book") is not None:
+        from autograder.authoring import book
+        p = commands.add_parser("book", help="render the course, solutions run, as a static HTML site in book/",
+                                description=book.DESCRIPTION)
+        book.add_arguments(p)
+        p.set_defaults(run=book.run)
 
     p = commands.add_parser("collect", help="put downloaded submissions where grading expects them",
                             description="Copy submissions from a folder with one sub-folder per student "
@@ -233,7 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return args.run(args, Course.from_environment())
+        return args.run(args, Course.locate(args.course))
     except CourseError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

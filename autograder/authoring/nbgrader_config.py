@@ -2,8 +2,9 @@
 
 nbgrader reads this file because the Makefile and ``python -m autograder`` put this folder on
 ``JUPYTER_CONFIG_PATH``; nbgrader ignores ``--config=``. Paths are anchored at the course root:
-the repository, or ``$AUTOGRADER_COURSE_ROOT`` when set (the tests grade temporary copies of the
-course that way), so commands work from any working directory.
+``$AUTOGRADER_COURSE_ROOT`` when set (``python -m autograder`` always sets it; the tests grade
+temporary copies of the course that way), else the folder nbgrader or Jupyter was started in.
+It is never derived from where this package is installed.
 
 nbgrader's vocabulary, mapped onto this repository:
   source   -> solutions/<assignment>/   instructor notebooks: solutions and hidden tests
@@ -15,8 +16,7 @@ import os
 
 c = get_config()  # noqa: F821 - provided by traitlets when it runs this file
 
-# This file is autograder/authoring/nbgrader_config.py: the repository is three folders up.
-root = os.environ.get("AUTOGRADER_COURSE_ROOT") or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+root = os.path.abspath(os.environ.get("AUTOGRADER_COURSE_ROOT") or os.getcwd())
 
 c.CourseDirectory.root = root
 # A course id is required by PostgreSQL gradebooks (SQLite does not enforce the foreign key).

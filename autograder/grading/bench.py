@@ -27,11 +27,11 @@ from autograder.grading.demo.make_demo import ASSIGNMENT, demo_notebooks
 from autograder.grading.grade import _sync_gradebook, grade
 
 
-def _course_with_submissions(root: Path, students: int) -> tuple[Course, list[str]]:
+def _course_with_submissions(source: Course, root: Path, students: int) -> tuple[Course, list[str]]:
     course = Course(root)
     for folder in ("solutions", "course"):
-        shutil.copytree(Course().root / folder, root / folder)
-    variants = {name: text for name, text in demo_notebooks(Course()).items() if text.rstrip().endswith("}")}
+        shutil.copytree(source.root / folder, root / folder)
+    variants = {name: text for name, text in demo_notebooks(source).items() if text.rstrip().endswith("}")}
     names = sorted(variants)
     ids = []
     for i in range(students):
@@ -55,12 +55,12 @@ def _scores(course: Course, students: list[str]) -> dict[str, float | None]:
         return found
 
 
-def bench(students: int = 40, jobs: int | None = None, out=sys.stdout) -> dict:
+def bench(source: Course, students: int = 40, jobs: int | None = None, out=sys.stdout) -> dict:
     """Time both graders on the same submissions; return the times, the ratio and any score differences."""
     with tempfile.TemporaryDirectory(prefix="bench-ours-") as ours_dir, \
             tempfile.TemporaryDirectory(prefix="bench-nbgrader-") as theirs_dir:
-        ours, ids = _course_with_submissions(Path(ours_dir), students)
-        theirs, _ = _course_with_submissions(Path(theirs_dir), students)
+        ours, ids = _course_with_submissions(source, Path(ours_dir), students)
+        theirs, _ = _course_with_submissions(source, Path(theirs_dir), students)
         _sync_gradebook(ours, ASSIGNMENT)
         theirs.nbgrader("generate_assignment", ASSIGNMENT, "--force", "--log-level=ERROR")
 

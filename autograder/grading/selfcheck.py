@@ -1,9 +1,14 @@
-"""Grade one notebook locally against the full tests, hidden ones included.
+"""Grade one notebook locally: against the full tests where solutions/ is present, else the visible ones.
 
 For students before they hand in, and for self-study readers: the notebook is autograded by
 this course's grader (nbgrader's own steps, see ``autograder.grading.grade``) in a throwaway copy of
 the course, and the result of every graded test is
 reported with the message that explains a failure (never the hidden tests' source).
+
+Where the course has ``solutions/`` (the instructor's repository, a self-study edition) the tests
+come from there, hidden ones included. A student distribution has only ``course/``: the tests
+are then the released notebook's visible ones (same cells, same points, same messages), and the
+grader runs more.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ class TestResult:
         return self.score >= self.max_score
 
 
-def check_notebook(notebook: Path, course: Course = Course()) -> list[TestResult]:
+def check_notebook(notebook: Path, course: Course) -> list[TestResult]:
     """Autograde ``notebook`` (a student's copy of an assignment) and return one result per test."""
     notebook = Path(notebook)
     if not notebook.is_file():
@@ -44,7 +49,7 @@ def check_notebook(notebook: Path, course: Course = Course()) -> list[TestResult
     assignment = _assignment_of(notebook, course)
     with tempfile.TemporaryDirectory(prefix="autograder-check-") as tmp:
         scratch = Course(Path(tmp))
-        shutil.copytree(course.solutions / assignment, scratch.solutions / assignment)
+        shutil.copytree(tests_source(course) / assignment, scratch.solutions / assignment)
         submitted = scratch.grading / "submitted" / STUDENT / assignment
         submitted.mkdir(parents=True)
         shutil.copy(notebook, submitted / f"{assignment}.ipynb")
@@ -59,6 +64,11 @@ def check_notebook(notebook: Path, course: Course = Course()) -> list[TestResult
             return [TestResult(name, messages.get(name, ("", ""))[0], grades[name].score,
                                grades[name].max_score, messages.get(name, ("", ""))[1])
                     for name in order if name in grades]
+
+
+def tests_source(course: Course) -> Path:
+    """Where the tests come from: solutions/ (every test) if present, else course/ (the visible tests)."""
+    return course.solutions if course.has_solutions else course.release
 
 
 def _assignment_of(notebook: Path, course: Course) -> str:

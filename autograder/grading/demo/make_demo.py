@@ -69,7 +69,7 @@ def demo_notebooks(course: Course) -> dict[str, str]:
     }
 
 
-def make_demo(course: Course = Course(), root: Path = DEMO_ROOT) -> list[Path]:
+def make_demo(course: Course, root: Path = DEMO_ROOT) -> list[Path]:
     """(Re)write ``root/01_first_function/<student>/01_first_function.ipynb`` for every demo student."""
     folder = root / ASSIGNMENT
     shutil.rmtree(folder, ignore_errors=True)
@@ -83,5 +83,5 @@ def make_demo(course: Course = Course(), root: Path = DEMO_ROOT) -> list[Path]:
 
 
 if __name__ == "__main__":
-    for path in make_demo():
+    for path in make_demo(Course.locate()):
         print(f"wrote {path.relative_to(DEMO_ROOT.parent.parent)}")
