@@ -273,6 +273,13 @@ def main(argv: list[str] | None = None) -> int:
     except CourseError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except ModuleNotFoundError as error:
+        if not (error.name or "").startswith("autograder."):
+            raise
+        # A student distribution ships the student's library and `check`, not the instructor's tools.
+        print(f"error: `{args.command}` is an instructor's command, not part of this student distribution "
+              f"(it has `check`)", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

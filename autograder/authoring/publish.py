@@ -1,0 +1,127 @@
+"""The student distribution: ``python -m autograder publish`` (``make student-dist``).
+
+Writes a self-contained folder (and a zip of it) holding what students get and nothing else:
+``course/`` (the released notebooks), the student's library (``autograder.student`` and the few
+modules ``check`` needs to grade a notebook against its visible tests), a README for students,
+the environment files (``pyproject.toml``, ``constraints.txt``, ``environment.yml``, ``binder/``)
+and a small Makefile. No solution, no hidden test, and none of the instructor's tools that need
+them (release, validate, book, timing recorder, the demo class, the grading batch) are in it.
+The folder is meant to become the class's public repository: the Colab setup cell of every
+notebook installs the library from there (see ``autograder.authoring.colab``).
+
+``--self-study`` writes the self-study edition instead: the same, plus ``solutions/`` (model
+answers and hidden tests), labelled as such, so ``check`` runs every test.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import string
+from pathlib import Path
+
+from autograder.authoring.colab import student_repository
+from autograder.authoring.course import Course, CourseError
+
+TEMPLATES = Path(__file__).resolve().parent / "student_edition"
+# The modules a student distribution ships, relative to the package: the student's library, and
+# what `python -m autograder check` needs (the course's folders and nbgrader settings, and the
+# grading pipeline that runs one notebook). Everything else in the package stays with the instructor.
+STUDENT_MODULES = (
+    "__init__.py", "__main__.py", "cli.py",
+    "student",
+    "authoring/__init__.py", "authoring/course.py", "authoring/nbgrader_config.py",
+    "grading/__init__.py", "grading/grade.py", "grading/executor.py", "grading/warm.py",
+    "grading/kernel.py", "grading/tamper.py", "grading/restore.py", "grading/selfcheck.py",
+)
+# What students need of the dependencies: the library itself and JupyterLab with nbgrader (the
+# Validate button and `check`); not the instructor's cluster, PostgreSQL or test tools.
+STUDENT_EXTRAS = ("jupyter",)
+
+
+def publish(course: Course, out: Path, self_study: bool = False, archive: bool = True) -> Path:
+    """Write the student distribution (or the self-study edition) of ``course`` into ``out``.
+
+    ``out`` is replaced. Returns ``out``; with ``archive``, ``out.zip`` is written beside it.
+    """
+    if not course.has_solutions or not course.release.is_dir():
+        raise CourseError(f"publish needs the instructor's course (solutions/ and course/) at {course.root}")
+    out = Path(out).resolve()
+    package = Path(__file__).resolve().parents[1]
+    if out == course.root or out in course.root.parents or out in (course.release, course.solutions, package):
+        raise CourseError(f"refusing to replace {out} with the distribution: choose a new folder")
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+
+    shutil.copytree(course.release, out / "course", ignore=_junk)
+    if self_study:
+        shutil.copytree(course.solutions, out / "solutions", ignore=_junk)
+    for module in STUDENT_MODULES:
+        source, target = package / module, out / "autograder" / module
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if source.is_dir():
+            shutil.copytree(source, target, ignore=_junk)
+        else:
+            shutil.copyfile(source, target)
+    for name in ("pyproject.toml", "constraints.txt"):
+        shutil.copyfile(course.root / name, out / name)
+    if (course.root / "binder").is_dir():
+        shutil.copytree(course.root / "binder", out / "binder", ignore=_junk)
+    (out / "environment.yml").write_text(_student_environment(course), encoding="utf-8")
+    (out / "Makefile").write_text((TEMPLATES / "Makefile").read_text(encoding="utf-8"), encoding="utf-8")
+    (out / "README.md").write_text(_readme(course, self_study), encoding="utf-8")
+    if archive:
+        shutil.make_archive(str(out), "zip", root_dir=out.parent, base_dir=out.name)
+    return out
+
+
+def _junk(folder: str, names: list[str]) -> list[str]:
+    return [n for n in names if n in ("__pycache__", ".ipynb_checkpoints") or n.endswith(".pyc")]
+
+
+def _student_environment(course: Course) -> str:
+    """environment.yml without the instructor's extras: their pins dropped, `-e .[jupyter]` installed."""
+    import tomllib
+
+    project = tomllib.loads((course.root / "pyproject.toml").read_text())["project"]
+    dropped = {_name(r) for extra, reqs in project.get("optional-dependencies", {}).items()
+               if extra not in STUDENT_EXTRAS for r in reqs}
+    lines = ["# Conda environment for the course (conda env create -f environment.yml): the tested",
+             "# versions of constraints.txt, then the course's library with JupyterLab and nbgrader."]
+    for line in (course.root / "environment.yml").read_text(encoding="utf-8").splitlines():
+        if line.startswith("#"):
+            continue
+        pin = re.match(r"\s*- ([A-Za-z0-9_.\-]+)==", line)
+        if pin and _name(pin[1]) in dropped:
+            continue
+        lines.append(re.sub(r"-e \.\[[^\]]*\]", f"-e .[{','.join(STUDENT_EXTRAS)}]", line))
+    return "\n".join(lines) + "\n"
+
+
+def _name(requirement: str) -> str:
+    return re.split(r"[<>=!~;\[ ]", requirement, maxsplit=1)[0].lower().replace("_", "-")
+
+
+def _readme(course: Course, self_study: bool) -> str:
+    repository = student_repository(course)
+    notebooks = sorted(p.relative_to(course.root).as_posix() for p in course.release.glob("*/*.ipynb"))
+    colab = "\n".join(f"| `{Path(n).stem}` | [Open in Colab]({colab_url(repository, n)}) "
+                      f"| [Launch Binder]({binder_url(repository, n)}) |" for n in notebooks)
+    edition = (TEMPLATES / "SELF_STUDY.md").read_text(encoding="utf-8") if self_study else ""
+    template = string.Template((TEMPLATES / "README.md").read_text(encoding="utf-8"))
+    return template.substitute(repository=repository, notebook_links=colab, edition=edition,
+                               binder=binder_url(repository, "course"))
+
+
+def _github_path(repository: str) -> str:
+    return repository.removeprefix("https://github.com/").removesuffix(".git").strip("/")
+
+
+def colab_url(repository: str, notebook: str, branch: str = "main") -> str:
+    """Colab's address for a notebook of a GitHub repository (the student distribution)."""
+    return f"https://colab.research.google.com/github/{_github_path(repository)}/blob/{branch}/{notebook}"
+
+
+def binder_url(repository: str, path: str = "course", branch: str = "main") -> str:
+    """mybinder.org's address that builds the repository (binder/) and opens JupyterLab on ``path``."""
+    return f"https://mybinder.org/v2/gh/{_github_path(repository)}/{branch}?urlpath=lab/tree/{path}"
