@@ -1,7 +1,8 @@
 """The setup cell at the top of every notebook: on Colab it installs the course's library.
 
 ``python -m autograder.authoring.colab`` puts the cell first in every notebook of ``solutions/``
-(``make release`` then carries it into ``course/``). It is idempotent: a notebook that already
+(``make release`` then carries it into ``course/``), and rewrites the README's table of Colab
+and Binder links (between its two markers) for the notebooks of ``course/``. It is idempotent: a notebook that already
 starts with the cell gets its current text, nothing else changes. The cell does nothing outside
 Colab: in the course's own environment (``make lab``, Binder, JupyterHub, the grader) the
 library is already installed and ``google.colab`` does not exist.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import tomllib
 from pathlib import Path
@@ -24,6 +26,7 @@ import nbformat
 from autograder.authoring.course import Course, CourseError
 
 CELL_ID = "colab-setup"
+LINKS_BEGIN, LINKS_END = "<!-- notebook links: python -m autograder.authoring.colab -->", "<!-- end of notebook links -->"
 DISTRIBUTION = "custom-autograd-course"
 
 
@@ -46,6 +49,40 @@ def setup_source(repository: str) -> str:
         "else:\n"
         f'    %pip install --quiet "{DISTRIBUTION} @ git+{repository}"'
     )
+
+
+def _github_path(repository: str) -> str:
+    return repository.removeprefix("https://github.com/").removesuffix(".git").strip("/")
+
+
+def colab_url(repository: str, notebook: str, branch: str = "main") -> str:
+    """Colab's address for a notebook of a GitHub repository (the student distribution)."""
+    return f"https://colab.research.google.com/github/{_github_path(repository)}/blob/{branch}/{notebook}"
+
+
+def binder_url(repository: str, path: str = "course", branch: str = "main") -> str:
+    """mybinder.org's address that builds the repository (binder/) and opens JupyterLab on ``path``."""
+    return f"https://mybinder.org/v2/gh/{_github_path(repository)}/{branch}?urlpath=lab/tree/{path}"
+
+
+def links_table(course: Course) -> str:
+    """The rows of a Markdown table: each student notebook with its Colab and Binder links."""
+    repository = student_repository(course)
+    notebooks = sorted(p.relative_to(course.root).as_posix() for p in course.release.glob("*/*.ipynb"))
+    return "\n".join(f"| `{Path(n).stem}` | [Open in Colab]({colab_url(repository, n)}) "
+                     f"| [Launch Binder]({binder_url(repository, n)}) |" for n in notebooks)
+
+
+def update_readme_links(course: Course) -> bool:
+    """Rewrite the links table of the README between its two markers; True if it changed."""
+    readme = course.root / "README.md"
+    text = readme.read_text(encoding="utf-8")
+    pattern = re.compile(f"({re.escape(LINKS_BEGIN)}\n\\| Assignment[^\n]*\n\\|[-|]*\\|\n).*?(\n{re.escape(LINKS_END)})", re.S)
+    new = pattern.sub(lambda m: m[1] + links_table(course) + m[2], text)
+    if new == text:
+        return False
+    readme.write_text(new, encoding="utf-8")
+    return True
 
 
 def add_setup_cell(path: Path, repository: str) -> bool:
@@ -82,7 +119,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--course", type=Path, default=None, help="the course folder (default: the current one)")
     args = parser.parse_args(argv)
     try:
-        changed = add_setup_cells(Course.locate(args.course))
+        course = Course.locate(args.course)
+        changed = add_setup_cells(course)
+        if (course.root / "README.md").is_file() and update_readme_links(course):
+            print("updated the Colab and Binder links of README.md")
     except CourseError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -31,10 +31,12 @@ c.CourseDirectory.feedback_directory = os.path.join("grading", "feedback")
 c.CourseDirectory.db_url = os.environ.get("AUTOGRADER_DB_URL") or "sqlite:///" + os.path.join(root, "grading", "gradebook.db")
 # SQLite cannot create the gradebook's folder itself ("unable to open database file").
 os.makedirs(os.path.join(root, "grading"), exist_ok=True)
-# nbgrader's exchange (release/collect through a shared folder) is not used: submissions come in
-# with `python -m autograder collect`. Keeping it under grading/ stops the formgrader warning
-# that /usr/local/share/nbgrader/exchange is missing.
-c.Exchange.root = os.path.join(root, "grading", "exchange")
+# nbgrader's exchange: the folder that instructor and students share on JupyterHub (release_assignment,
+# fetch_assignment, submit, collect; see README "JupyterHub"). Set AUTOGRADER_EXCHANGE to the shared
+# folder, e.g. /srv/nbgrader/exchange on a volume every user's server mounts. Without it the exchange is
+# grading/exchange (nothing shared: submissions come in with `python -m autograder collect`), which
+# also stops the formgrader warning that /usr/local/share/nbgrader/exchange is missing.
+c.Exchange.root = os.environ.get("AUTOGRADER_EXCHANGE") or os.path.join(root, "grading", "exchange")
 os.makedirs(c.Exchange.root, exist_ok=True)
 
 # nbgrader scores a test cell 0 for any stderr text, and torch prints harmless warnings there.

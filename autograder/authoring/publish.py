@@ -20,7 +20,7 @@ import shutil
 import string
 from pathlib import Path
 
-from autograder.authoring.colab import student_repository
+from autograder.authoring.colab import binder_url, links_table, student_repository
 from autograder.authoring.course import Course, CourseError
 
 TEMPLATES = Path(__file__).resolve().parent / "student_edition"
@@ -104,24 +104,7 @@ def _name(requirement: str) -> str:
 
 def _readme(course: Course, self_study: bool) -> str:
     repository = student_repository(course)
-    notebooks = sorted(p.relative_to(course.root).as_posix() for p in course.release.glob("*/*.ipynb"))
-    colab = "\n".join(f"| `{Path(n).stem}` | [Open in Colab]({colab_url(repository, n)}) "
-                      f"| [Launch Binder]({binder_url(repository, n)}) |" for n in notebooks)
     edition = (TEMPLATES / "SELF_STUDY.md").read_text(encoding="utf-8") if self_study else ""
     template = string.Template((TEMPLATES / "README.md").read_text(encoding="utf-8"))
-    return template.substitute(repository=repository, notebook_links=colab, edition=edition,
+    return template.substitute(repository=repository, notebook_links=links_table(course), edition=edition,
                                binder=binder_url(repository, "course"))
-
-
-def _github_path(repository: str) -> str:
-    return repository.removeprefix("https://github.com/").removesuffix(".git").strip("/")
-
-
-def colab_url(repository: str, notebook: str, branch: str = "main") -> str:
-    """Colab's address for a notebook of a GitHub repository (the student distribution)."""
-    return f"https://colab.research.google.com/github/{_github_path(repository)}/blob/{branch}/{notebook}"
-
-
-def binder_url(repository: str, path: str = "course", branch: str = "main") -> str:
-    """mybinder.org's address that builds the repository (binder/) and opens JupyterLab on ``path``."""
-    return f"https://mybinder.org/v2/gh/{_github_path(repository)}/{branch}?urlpath=lab/tree/{path}"

@@ -6,9 +6,9 @@ import json
 import re
 import shutil
 
-from autograder.authoring.colab import CELL_ID, add_setup_cells, setup_source, student_repository
+from autograder.authoring.colab import (CELL_ID, add_setup_cells, binder_url, colab_url, setup_source,
+                                        student_repository, update_readme_links)
 from autograder.authoring.course import Course
-from autograder.authoring.publish import binder_url, colab_url
 from conftest import REPO, read_notebook, source
 
 
@@ -48,3 +48,18 @@ def test_readme_links_open_the_student_notebooks_of_the_students_repository():
     for n in notebooks:
         assert binder_url(repository, n) in readme
     assert "solutions/" not in " ".join(linked)
+
+
+def test_the_script_rewrites_the_readme_links_for_the_notebooks_of_course(tmp_path):
+    """When an assignment is added, `python -m autograder.authoring.colab` brings the table up to date."""
+    shutil.copytree(REPO / "course", tmp_path / "course")
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, tmp_path / name)
+    course = Course(tmp_path)
+    assert not update_readme_links(course)
+    shutil.copytree(tmp_path / "course" / "08_modern_pytorch", tmp_path / "course" / "09_next")
+    (tmp_path / "course" / "09_next" / "08_modern_pytorch.ipynb").rename(tmp_path / "course" / "09_next" / "09_next.ipynb")
+    assert update_readme_links(course)
+    readme = (tmp_path / "README.md").read_text()
+    assert colab_url(student_repository(course), "course/09_next/09_next.ipynb") in readme
+    assert readme.count("[Open in Colab]") == (REPO / "README.md").read_text().count("[Open in Colab]") + 1
