@@ -17,7 +17,7 @@ from autograder.grading.demo.make_demo import ASSIGNMENT, DEMO_ROOT
 from conftest import REPO, nbgrader_meta, read_notebook, source
 
 EXPECTED = json.loads((DEMO_ROOT / "expected_scores.json").read_text())
-COMMANDS = ["release", "validate", "check", "roster", "collect", "grade", "feedback", "report", "demo", "bench"]
+COMMANDS = ["release", "validate", "check", "roster", "collect", "grade", "feedback", "report", "demo", "bench", "publish"]
 
 
 def autograder(course: Course, *args: str, check: bool = True) -> subprocess.CompletedProcess:
