@@ -14,17 +14,19 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 .DEFAULT_GOAL := help
 .PHONY: help install lab test release validate clean browser postgres book benchmark \
-        roster collect deadline grade feedback report similarity export-grades demo bench-grade
+        roster collect deadline grade feedback report similarity export-grades demo bench-grade \
+        student-dist self-study-dist
 
 help:  ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
-install: $(STAMP)  ## Create .venv and install the pinned stack (idempotent)
+install: $(STAMP)  ## Create .venv and install the tested versions (constraints.txt; idempotent)
 
-$(STAMP): pyproject.toml
+# pyproject.toml names ranges; constraints.txt holds the exact versions tested together.
+$(STAMP): pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11 or newer is needed, found " + sys.version.split()[0]'
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[jupyter,grading,book,test]'
 	touch $@
 
 # Jupyter refuses to start as root unless told to (containers often run as root).
@@ -107,9 +109,15 @@ postgres:  ## Install Debian's PostgreSQL server for the gradebook tests (apt-ge
 	  || DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y postgresql \
 	  || { $(SUDO) apt-get update && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y postgresql; }
 
+student-dist: install  ## What students get, no solutions: dist/student-edition/ and .zip (see README)
+	$(BIN)/python -m autograder publish
+
+self-study-dist: install  ## The self-study edition, WITH solutions: dist/self-study-edition/ and .zip
+	$(BIN)/python -m autograder publish --self-study
+
 book: install  ## Build the course as a website in book/ (Sphinx + MyST-NB; runs cached in build/book/)
 	$(BIN)/python -m autograder book
 
-clean:  ## Remove the instructor workspace (grading/), book/ and caches; keeps .venv
-	rm -rf grading book build/book .pytest_cache test-artifacts
+clean:  ## Remove the instructor workspace (grading/), book/, dist/ and caches; keeps .venv
+	rm -rf grading book build/book dist .pytest_cache test-artifacts
 	find . -name __pycache__ -not -path './$(VENV)/*' -prune -exec rm -rf {} +

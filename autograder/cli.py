@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
 
 from pathlib import Path
 
 from autograder.authoring.course import Course, CourseError, release
-from autograder.grading.executor import Limits, warm_up
-from autograder.grading.speed import skip_iri_format_checks
 
 
 def _release(args, course: Course) -> int:
@@ -45,7 +44,21 @@ def _check(args, course: Course) -> int:
     failed = sum(not r.passed for r in results)
     print(f"score: {score:g} / {total:g}")
     print(f"{len(results) - failed} passed, {failed} failed")
+    if not course.has_solutions:
+        print("These are the visible tests of your notebook. The grader runs more (hidden tests: other "
+              "shapes, values and random upstream gradients), so a passing check is not yet a full mark.")
     return 0 if failed == 0 else 1
+
+
+def _publish(args, course: Course) -> int:
+    from autograder.authoring.publish import publish
+
+    out = args.out or course.root / "dist" / ("self-study-edition" if args.self_study else "student-edition")
+    written = publish(course, out, self_study=args.self_study)
+    files = sum(1 for p in written.rglob("*") if p.is_file())
+    label = "self-study edition (WITH the solutions)" if args.self_study else "student distribution (no solutions)"
+    print(f"wrote the {label}: {written} ({files} files) and {written}.zip")
+    return 0
 
 
 def _collect(args, course: Course) -> int:
@@ -79,6 +92,7 @@ def _roster(args, course: Course) -> int:
 
 
 def _grade(args, course: Course) -> int:
+    from autograder.grading.executor import Limits
     from autograder.grading.grade import GRADES_CSV, grade
 
     limits = Limits(cell_timeout=args.timeout, memory=int(args.memory * 1024**3) if args.memory else None,
@@ -224,9 +238,9 @@ def _bench(args, course: Course) -> int:
     if args.profile:
         from autograder.grading.bench import profile
 
-        profile(args.students)
+        profile(course, args.students)
         return 0
-    result = bench(args.students, args.jobs)
+    result = bench(course, args.students, args.jobs)
     return 1 if result["differences"] else 0
 
 
@@ -235,6 +249,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m autograder",
         description="Release, validate and grade the course 'Custom autograd Functions in PyTorch'.",
     )
+    parser.add_argument("--course", type=Path, metavar="DIR", default=None,
+                        help="the course folder (with solutions/ or course/); default: $AUTOGRADER_COURSE_ROOT, "
+                             "else the current folder")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = commands.add_parser("release", help="generate the student notebooks in course/ from solutions/",
@@ -250,18 +267,34 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("assignments", nargs="*", metavar="ASSIGNMENT", help="assignment ids (default: all)")
     p.set_defaults(run=_validate)
 
-    p = commands.add_parser("check", help="grade one notebook locally against the full tests",
-                            description="Autograde one notebook (your copy of an assignment) with every "
-                                        "test, hidden ones included, and print each test's result and "
-                                        "message. Exits 1 unless every test passes.")
+    p = commands.add_parser("check", help="grade one notebook locally (visible tests, or all where solutions/ is)",
+                            description="Autograde one notebook (your copy of an assignment) and print each "
+                                        "test's points, PASS/FAIL and message. With the instructor's "
+                                        "solutions/ present every test runs, hidden ones included; in a "
+                                        "student distribution the visible tests run, and the grader runs "
+                                        "more. Exits 1 unless every test passes.")
     p.add_argument("notebook", type=Path, help="path to your .ipynb (named like the assignment)")
     p.set_defaults(run=_check)
 
-    from autograder.authoring import book  # the command's arguments and run() live there (python -m autograder.authoring.book)
-    p = commands.add_parser("book", help="render the course, solutions run, as a static HTML site in book/",
-                            description=book.DESCRIPTION)
-    book.add_arguments(p)
-    p.set_defaults(run=book.run)
+    if importlib.util.find_spec("autograder.authoring.publish") is not None:
+        p = commands.add_parser("publish", help="write the student distribution (no solutions) to dist/",
+                                description="Write what students get and nothing else: course/, the "
+                                            "student's library, a README for students, the environment "
+                                            "files and binder/, as a folder and a zip (default "
+                                            "dist/student-edition). No solution or hidden test is in it.")
+        p.add_argument("--out", type=Path, default=None, metavar="DIR", help="folder to write (replaced)")
+        p.add_argument("--self-study", action="store_true",
+                       help="write the self-study edition instead: the same plus solutions/, labelled as such")
+        p.set_defaults(run=_publish)
+
+    # The command's arguments and run() live in autograder.authoring.book (python -m autograder.authoring.book);
+    # a student distribution ships no authoring tools, so no `book` there.
+    if importlib.util.find_spec("autograder.authoring.book") is not None:
+        from autograder.authoring import book
+        p = commands.add_parser("book", help="render the course, solutions run, as a static HTML site in book/",
+                                description=book.DESCRIPTION)
+        book.add_arguments(p)
+        p.set_defaults(run=book.run)
 
     p = commands.add_parser("collect", help="put downloaded submissions where grading expects them",
                             description="Copy submissions from an LMS download (zip or folder) into "
@@ -402,30 +435,47 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _will_run_notebooks(argv: list[str], course: Course) -> bool:
+def _will_run_notebooks(argv: list[str]) -> bool:
     """Whether this command will run notebooks (a guess from the command line and the folders,
-    made before anything heavy is imported): then the warm process is started first."""
-    if argv[:1] == ["check"]:
+    made before anything heavy is imported, nbgrader included): then the warm process starts first."""
+    early = argparse.ArgumentParser(add_help=False)
+    early.add_argument("--course", type=Path, default=None)
+    early.add_argument("command", nargs="?")
+    known, rest = early.parse_known_args(argv)
+    if known.command == "check":
         return True
-    if argv[:1] != ["grade"] or "--scheduler" in argv:
+    if known.command != "grade" or "--scheduler" in rest:
         return False
+    try:
+        course = Course.locate(known.course)
+    except CourseError:
+        return False  # said properly when the command runs
     submitted = course.grading / "submitted"
-    return "--force" in argv or any(
+    return "--force" in rest or any(
         not (course.grading / "autograded" / folder.relative_to(submitted) / ".autograder.json").exists()  # grade.MARKER
         for folder in submitted.glob("*/*") if folder.is_dir())
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] in (["check"], ["grade"]):
+    if _will_run_notebooks(argv):
+        from autograder.grading.executor import warm_up
+        from autograder.grading.speed import skip_iri_format_checks
+
         skip_iri_format_checks()  # before anything imports jsonschema
-    if _will_run_notebooks(argv, Course.from_environment()):
         warm_up()  # the warm process imports torch on another core while this one imports nbgrader
     args = build_parser().parse_args(argv)
     try:
-        return args.run(args, Course.from_environment())
+        return args.run(args, Course.locate(args.course))
     except CourseError as error:
         print(f"error: {error}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as error:
+        if not (error.name or "").startswith("autograder."):
+            raise
+        # A student distribution ships the student's library and `check`, not the instructor's tools.
+        print(f"error: `{args.command}` is an instructor's command, not part of this student distribution "
+              f"(it has `check`)", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -1,4 +1,4 @@
-"""The pins in pyproject.toml, environment.yml and the installed environment agree."""
+"""pyproject.toml's ranges, constraints.txt's pins, environment.yml and the installed environment agree."""
 
 from __future__ import annotations
 
@@ -8,10 +8,17 @@ import tomllib
 from importlib import metadata
 
 import yaml
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from conftest import REPO
 
 PIN = re.compile(r"^([A-Za-z0-9_.\-]+)==([^\s;]+)$")
+EDITABLE_INSTALL = "-e .[jupyter,grading,book,test]"
+
+
+def _name(requirement: str) -> str:
+    return canonicalize_name(Requirement(requirement).name)
 
 
 def _pyproject() -> dict:
@@ -22,17 +29,24 @@ def _pins(requirements: list[str]) -> dict[str, str]:
     pins = {}
     for requirement in requirements:
         match = PIN.match(requirement.strip())
-        assert match, f"not an exact pin: {requirement!r} (every dependency is pinned with ==)"
-        pins[match[1].lower().replace("_", "-")] = match[2]
+        assert match, f"not an exact pin: {requirement!r} (every tested version is pinned with ==)"
+        assert _name(match[1]) not in pins, f"pinned twice: {match[1]}"
+        pins[_name(match[1])] = match[2]
     return pins
 
 
-def _pyproject_pins() -> dict[str, str]:
+def _pyproject_requirements() -> dict[str, Requirement]:
+    """Every requirement of pyproject.toml: the dependencies and every extra's."""
     project = _pyproject()["project"]
     requirements = list(project["dependencies"])
     for extra in project.get("optional-dependencies", {}).values():
         requirements += extra
-    return _pins(requirements)
+    return {_name(r): Requirement(r) for r in requirements}
+
+
+def _constraints() -> dict[str, str]:
+    lines = (REPO / "constraints.txt").read_text().splitlines()
+    return _pins([line for line in lines if line.strip() and not line.startswith("#")])
 
 
 def _environment_yml() -> dict:
@@ -45,13 +59,31 @@ def _environment_pip_section() -> list[str]:
     return sections[0]
 
 
-def test_environment_yml_pins_equal_pyproject_pins():
-    pip_section = [r for r in _environment_pip_section() if r.strip() != "-e ."]
-    assert _pins(pip_section) == _pyproject_pins()
+def test_pyproject_names_ranges_and_constraints_pin_each_of_them_inside_its_range():
+    requirements = _pyproject_requirements()
+    exact = [str(r) for r in requirements.values() if any(s.operator in ("==", "===") for s in r.specifier)]
+    assert not exact, f"pyproject.toml takes ranges; exact pins belong in constraints.txt: {exact}"
+    assert not [str(r) for r in requirements.values() if not r.specifier], "every dependency has a range"
+    pins = _constraints()
+    assert set(pins) == set(requirements), "constraints.txt pins exactly the requirements of pyproject.toml"
+    outside = {name: f"{pins[name]} not in {r.specifier}" for name, r in requirements.items()
+               if not r.specifier.contains(pins[name], prereleases=True)}
+    assert not outside, outside
+
+
+def test_environment_yml_pins_equal_the_constraints():
+    pip_section = [r for r in _environment_pip_section() if r.strip() != EDITABLE_INSTALL]
+    assert _pins(pip_section) == _constraints()
 
 
 def test_environment_yml_installs_this_package():
-    assert "-e ." in [r.strip() for r in _environment_pip_section()], "environment.yml must install autograder"
+    assert EDITABLE_INSTALL in [r.strip() for r in _environment_pip_section()], \
+        "environment.yml must install autograder with its extras"
+
+
+def test_make_install_uses_the_constraints():
+    makefile = (REPO / "Makefile").read_text()
+    assert "-c constraints.txt" in makefile and "'.[jupyter,grading,book,test]'" in makefile
 
 
 def test_python_versions_agree():
@@ -63,7 +95,7 @@ def test_python_versions_agree():
 
 def test_installed_versions_are_the_pinned_ones():
     wrong = {}
-    for name, version in _pyproject_pins().items():
+    for name, version in _constraints().items():
         installed = metadata.version(name)
         if installed.split("+")[0] != version:  # torch reports 2.13.0+cpu for the CPU wheel
             wrong[name] = f"pinned {version}, installed {installed}"

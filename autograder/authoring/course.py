@@ -12,19 +12,39 @@ from traitlets.config import Config
 from traitlets.config.loader import PyFileConfigLoader
 
 CONFIG_DIR = Path(__file__).resolve().parent  # nbgrader_config.py lives beside this file
-REPO_ROOT = CONFIG_DIR.parents[1]
+ROOT_VARIABLE = "AUTOGRADER_COURSE_ROOT"
 
 
 @dataclass(frozen=True)
 class Course:
-    """A course folder laid out as nbgrader expects, with this repository's folder names."""
+    """A course folder laid out as nbgrader expects, with this repository's folder names.
 
-    root: Path = REPO_ROOT
+    The root is always given: the package may be installed anywhere (site-packages, a wheel),
+    so it never guesses the course from its own location.
+    """
+
+    root: Path
 
     @classmethod
-    def from_environment(cls) -> "Course":
-        """The course at ``$AUTOGRADER_COURSE_ROOT`` if set (as nbgrader_config.py reads it), else this repository."""
-        return cls(Path(os.environ.get("AUTOGRADER_COURSE_ROOT") or REPO_ROOT).resolve())
+    def locate(cls, root: Path | str | None = None) -> "Course":
+        """The course at ``root`` (``--course``), else ``$AUTOGRADER_COURSE_ROOT``, else the current folder.
+
+        The folder must hold ``solutions/`` (the instructor's course) or ``course/`` (a student
+        distribution); anything else is a clear error, not a traceback later.
+        """
+        chosen = root or os.environ.get(ROOT_VARIABLE) or Path.cwd()
+        course = cls(Path(chosen).expanduser().resolve())
+        if not (course.solutions.is_dir() or course.release.is_dir()):
+            how = ("--course" if root else f"${ROOT_VARIABLE}" if os.environ.get(ROOT_VARIABLE)
+                   else "the current folder")
+            raise CourseError(f"no course at {course.root} ({how}): it has neither solutions/ nor course/; "
+                              f"run from the course's folder, pass --course DIR or set {ROOT_VARIABLE}")
+        return course
+
+    @property
+    def has_solutions(self) -> bool:
+        """True for the instructor's course (and a self-study edition); False in a student distribution."""
+        return self.solutions.is_dir()
 
     @property
     def solutions(self) -> Path:
@@ -39,17 +59,21 @@ class Course:
         return self.root / "grading"
 
     def assignments(self) -> list[str]:
-        """Assignment ids: the folders of ``solutions/``, in course order."""
-        return sorted(p.name for p in self.solutions.iterdir() if p.is_dir() and not p.name.startswith("."))
+        """Assignment ids: the folders of ``solutions/`` (``course/`` where there are no solutions), in order."""
+        folder = self.solutions if self.has_solutions else self.release
+        if not folder.is_dir():
+            return []
+        return sorted(p.name for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
 
     def notebooks(self, assignment: str, released: bool = False) -> list[Path]:
         folder = (self.release if released else self.solutions) / assignment
         return sorted(folder.glob("*.ipynb"))
 
     def check_assignment(self, assignment: str) -> None:
-        if not (self.solutions / assignment).is_dir():
+        if assignment not in self.assignments():
             known = ", ".join(self.assignments()) or "none"
-            raise CourseError(f"no assignment '{assignment}' in {self.solutions} (known: {known})")
+            folder = self.solutions if self.has_solutions else self.release
+            raise CourseError(f"no assignment '{assignment}' in {folder} (known: {known})")
 
     def environment(self) -> dict[str, str]:
         """Environment for nbgrader: this course's config, and this Python's bin/ first on PATH.
@@ -60,21 +84,21 @@ class Course:
         env = dict(os.environ)
         env["JUPYTER_CONFIG_PATH"] = os.pathsep.join(
             [str(CONFIG_DIR)] + [p for p in env.get("JUPYTER_CONFIG_PATH", "").split(os.pathsep) if p])
-        env["AUTOGRADER_COURSE_ROOT"] = str(self.root)
+        env[ROOT_VARIABLE] = str(self.root)
         env["PATH"] = _python_bin_first(env.get("PATH", ""))
         return env
 
     def config(self) -> Config:
         """The settings in ``nbgrader_config.py``, as nbgrader sees them for this course."""
-        saved = os.environ.get("AUTOGRADER_COURSE_ROOT")
-        os.environ["AUTOGRADER_COURSE_ROOT"] = str(self.root)
+        saved = os.environ.get(ROOT_VARIABLE)
+        os.environ[ROOT_VARIABLE] = str(self.root)
         try:
             return PyFileConfigLoader("nbgrader_config.py", path=str(CONFIG_DIR)).load_config()
         finally:
             if saved is None:
-                del os.environ["AUTOGRADER_COURSE_ROOT"]
+                del os.environ[ROOT_VARIABLE]
             else:
-                os.environ["AUTOGRADER_COURSE_ROOT"] = saved
+                os.environ[ROOT_VARIABLE] = saved
 
     def gradebook(self):
         """Open this course's gradebook (nbgrader's ``Gradebook``), creating it if need be.

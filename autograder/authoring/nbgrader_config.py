@@ -2,8 +2,9 @@
 
 nbgrader reads this file because the Makefile and ``python -m autograder`` put this folder on
 ``JUPYTER_CONFIG_PATH``; nbgrader ignores ``--config=``. Paths are anchored at the course root:
-the repository, or ``$AUTOGRADER_COURSE_ROOT`` when set (the tests grade temporary copies of the
-course that way), so commands work from any working directory.
+``$AUTOGRADER_COURSE_ROOT`` when set (``python -m autograder`` always sets it; the tests grade
+temporary copies of the course that way), else the folder nbgrader or Jupyter was started in.
+It is never derived from where this package is installed.
 
 nbgrader's vocabulary, mapped onto this repository:
   source   -> solutions/<assignment>/   instructor notebooks: solutions and hidden tests
@@ -15,8 +16,7 @@ import os
 
 c = get_config()  # noqa: F821 - provided by traitlets when it runs this file
 
-# This file is autograder/authoring/nbgrader_config.py: the repository is three folders up.
-root = os.environ.get("AUTOGRADER_COURSE_ROOT") or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+root = os.path.abspath(os.environ.get("AUTOGRADER_COURSE_ROOT") or os.getcwd())
 
 c.CourseDirectory.root = root
 # A course id is required by PostgreSQL gradebooks (SQLite does not enforce the foreign key).
@@ -31,10 +31,12 @@ c.CourseDirectory.feedback_directory = os.path.join("grading", "feedback")
 c.CourseDirectory.db_url = os.environ.get("AUTOGRADER_DB_URL") or "sqlite:///" + os.path.join(root, "grading", "gradebook.db")
 # SQLite cannot create the gradebook's folder itself ("unable to open database file").
 os.makedirs(os.path.join(root, "grading"), exist_ok=True)
-# nbgrader's exchange (release/collect through a shared folder) is not used: submissions come in
-# with `python -m autograder collect`. Keeping it under grading/ stops the formgrader warning
-# that /usr/local/share/nbgrader/exchange is missing.
-c.Exchange.root = os.path.join(root, "grading", "exchange")
+# nbgrader's exchange: the folder that instructor and students share on JupyterHub (release_assignment,
+# fetch_assignment, submit, collect; see README "JupyterHub"). Set AUTOGRADER_EXCHANGE to the shared
+# folder, e.g. /srv/nbgrader/exchange on a volume every user's server mounts. Without it the exchange is
+# grading/exchange (nothing shared: submissions come in with `python -m autograder collect`), which
+# also stops the formgrader warning that /usr/local/share/nbgrader/exchange is missing.
+c.Exchange.root = os.environ.get("AUTOGRADER_EXCHANGE") or os.path.join(root, "grading", "exchange")
 os.makedirs(c.Exchange.root, exist_ok=True)
 
 # nbgrader scores a test cell 0 for any stderr text, and torch prints harmless warnings there.

@@ -1,7 +1,8 @@
 """Record assignment 07's reference timings: ``python -m autograder.authoring.record_timings``.
 
 The course author runs this (``make benchmark``) on a machine with the device to record, and
-commits the JSON record and its two figures beside the 07 notebook. The workloads, the timing
+commits the JSON record and its two figures in ``autograder/student/data/`` (package data: the 07
+notebook finds them through the installed package). The workloads, the timing
 helper and the plots it uses are the student's own (``autograder.student.timing``), so a
 reference and a live measurement are made the same way.
 """
@@ -20,14 +21,13 @@ from pathlib import Path
 
 import torch
 
-from autograder.authoring.course import REPO_ROOT
-from autograder.student.timing import (COLUMNS, COPY, BYTES_MODEL, FORMAT, FUSED, FUSED_EAGER, ILLUSTRATIVE_FILE,
+from autograder.student.timing import (COLUMNS, DATA_DIR, COPY, BYTES_MODEL, FORMAT, FUSED, FUSED_EAGER, ILLUSTRATIVE_FILE,
                                        LARGEST_EXPONENT, VARIANTS, async_demo, available_devices, cold_start,
                                        cpu_name, device_name, illustrative_dataset, median_time,
                                        nominal_peak_bandwidth_gbps, saved_bytes, sweep, sync_debug_report,
                                        timed_call, timer_median, variant, workload_tensors, write_figures)
 
-ASSIGNMENT_DIR = REPO_ROOT / "solutions" / "07_gpu_timing"
+RECORD_DIR = DATA_DIR  # package data: autograder/student/data/
 
 
 def record(device, sizes, also_cpu: bool = True, compile: bool = True, warmup: int = 5,
@@ -140,12 +140,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-cpu", action="store_true", help="on a GPU, do not sweep the CPU as well")
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile'd fused Function")
     parser.add_argument("--output", type=Path, default=None,
-                        help="JSON file to write (default: solutions/07_gpu_timing/reference_<device>.json); "
+                        help="JSON file to write (default: autograder/student/data/reference_<device>.json); "
                              "figures go beside it as <name>_time.png and <name>_throughput.png")
     parser.add_argument("--no-figures", action="store_true", help="write the JSON only")
-    parser.add_argument("--illustrative", type=Path, nargs="?", const=ASSIGNMENT_DIR / ILLUSTRATIVE_FILE,
+    parser.add_argument("--illustrative", type=Path, nargs="?", const=RECORD_DIR / ILLUSTRATIVE_FILE,
                         metavar="PATH", help="instead of measuring, write the made-up (model) two-device "
-                                             f"dataset (default path: solutions/07_gpu_timing/{ILLUSTRATIVE_FILE})")
+                                             f"dataset (default path: autograder/student/data/{ILLUSTRATIVE_FILE})")
     return parser
 
 
@@ -172,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     data = record(device, sizes, also_cpu=not args.no_cpu, compile=not args.no_compile, warmup=args.warmup,
                   repeats=args.repeats, timer_seconds=args.timer_seconds)
     data["command"] = " ".join(["python -m autograder.authoring.record_timings", *(argv if argv is not None else sys.argv[1:])])
-    output = args.output or ASSIGNMENT_DIR / f"reference_{device}.json"
+    output = args.output or RECORD_DIR / f"reference_{device}.json"
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
     print(f"wrote {output}")

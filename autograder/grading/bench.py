@@ -35,11 +35,11 @@ from autograder.authoring.course import Course
 from autograder.grading.demo.make_demo import ASSIGNMENT, demo_notebooks
 
 
-def _course_with_submissions(root: Path, students: int) -> tuple[Course, list[str]]:
+def _course_with_submissions(source: Course, root: Path, students: int) -> tuple[Course, list[str]]:
     course = Course(root)
     for folder in ("solutions", "course"):
-        shutil.copytree(Course().root / folder, root / folder)
-    variants = {name: text for name, text in demo_notebooks(Course()).items() if text.rstrip().endswith("}")}
+        shutil.copytree(source.root / folder, root / folder)
+    variants = {name: text for name, text in demo_notebooks(source).items() if text.rstrip().endswith("}")}
     names = sorted(variants)
     ids = []
     for i in range(students):
@@ -79,12 +79,12 @@ def _load() -> str:
     return f"load average {one:.2f}, {five:.2f}, {fifteen:.2f} on {os.cpu_count()} cores"
 
 
-def bench(students: int = 40, jobs: int | None = None, out=sys.stdout) -> dict:
+def bench(source: Course, students: int = 40, jobs: int | None = None, out=sys.stdout) -> dict:
     """Time both command lines on the same submissions; return the times, the ratio and any score differences."""
     with tempfile.TemporaryDirectory(prefix="bench-ours-") as ours_dir, \
             tempfile.TemporaryDirectory(prefix="bench-nbgrader-") as theirs_dir:
-        ours, ids = _course_with_submissions(Path(ours_dir), students)
-        theirs, _ = _course_with_submissions(Path(theirs_dir), students)
+        ours, ids = _course_with_submissions(source, Path(ours_dir), students)
+        theirs, _ = _course_with_submissions(source, Path(theirs_dir), students)
         theirs.nbgrader("generate_assignment", ASSIGNMENT, "--force", "--log-level=ERROR")
         print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
               f"{students} submissions of {ASSIGNMENT}", file=out)
@@ -115,7 +115,7 @@ def bench(students: int = 40, jobs: int | None = None, out=sys.stdout) -> dict:
             "again_seconds": again_seconds, "differences": differences}
 
 
-def profile(students: int = 12, out=sys.stdout) -> dict[str, float]:
+def profile(source: Course, students: int = 12, out=sys.stdout) -> dict[str, float]:
     """Where one notebook's time goes in ``grade``: each step's mean, run one notebook at a time.
 
     Steps: the command's start (Python, imports; the warm process importing torch runs beside
@@ -134,7 +134,7 @@ def profile(students: int = 12, out=sys.stdout) -> dict[str, float]:
     with tempfile.TemporaryDirectory(prefix="bench-profile-") as root, grading.nbgrader_speedups(), \
             warnings.catch_warnings():
         warnings.simplefilter("ignore", category=grading.SAWarning)  # nbgrader's own, as in grade()
-        course, ids = _course_with_submissions(Path(root), students)
+        course, ids = _course_with_submissions(source, Path(root), students)
         warm_up()
         execute([], root)  # wait for the warm process
         started = time.monotonic()

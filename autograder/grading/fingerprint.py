@@ -47,7 +47,7 @@ def grader_version() -> str:
         for path in sorted(_PACKAGE.glob(pattern)):
             digest.update(path.name.encode() + b"\0" + path.read_bytes())
     try:
-        ours = metadata.version("autograder")
+        ours = metadata.version("custom-autograd-course")  # the distribution; the import name is autograder
     except metadata.PackageNotFoundError:
         ours = "unknown"
     return f"autograder {ours}, nbgrader {metadata.version('nbgrader')}, code {digest.hexdigest()[:16]}"

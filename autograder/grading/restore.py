@@ -25,7 +25,7 @@ from nbgrader.api import Gradebook
 from nbgrader.preprocessors import NbGraderPreprocessor
 
 RESTORED_NOTE = "*The test below was missing from the submission; the grader put it back.*"
-MARKER_WORDS = "HIDDEN TESTS"  # in "### BEGIN HIDDEN TESTS" and "### END HIDDEN TESTS"
+MARKER_WORDS = "HIDDEN TESTS"  # the words of nbgrader's markers "### BEGIN/END HIDDEN TESTS"
 
 
 def _grade_id(cell) -> str | None:

@@ -1,9 +1,14 @@
-"""Grade one notebook locally against the full tests, hidden ones included.
+"""Grade one notebook locally: against the full tests where solutions/ is present, else the visible ones.
 
 For students before they hand in, and for self-study readers: the notebook is autograded by
 this course's grader (nbgrader's own steps, see ``autograder.grading.grade``) in a private copy of
 the assignment's solutions (``grading/.check/``, kept between checks), and the result of every graded test is
 reported with the message that explains a failure (never the hidden tests' source).
+
+Where the course has ``solutions/`` (the instructor's repository, a self-study edition) the tests
+come from there, hidden ones included. A student distribution has only ``course/``: the tests
+are then the released notebook's visible ones (same cells, same points, same messages), and the
+grader runs more.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ class TestResult:
         return self.score >= self.max_score
 
 
-def check_notebook(notebook: Path, course: Course = Course()) -> list[TestResult]:
+def check_notebook(notebook: Path, course: Course) -> list[TestResult]:
     """Autograde ``notebook`` (a student's copy of an assignment) and return one result per test."""
     notebook = Path(notebook)
     if not notebook.is_file():
@@ -58,7 +63,7 @@ def check_notebook(notebook: Path, course: Course = Course()) -> list[TestResult
 
 
 def _scratch_course(course: Course, assignment: str) -> Course:
-    """A private copy of the course in ``grading/.check/`` holding only ``assignment``'s solutions.
+    """A private copy of the course in ``grading/.check/`` holding only ``assignment``'s tests.
 
     It is kept between checks, so its gradebook is made once: grading syncs it again only when
     the solutions have changed (``autograder.grading.grade._sync_gradebook``), and a check
@@ -67,9 +72,14 @@ def _scratch_course(course: Course, assignment: str) -> Course:
     scratch = Course(course.grading / ".check")
     target = scratch.solutions / assignment
     shutil.rmtree(target, ignore_errors=True)
-    shutil.copytree(course.solutions / assignment, target,
+    shutil.copytree(tests_source(course) / assignment, target,
                     ignore=shutil.ignore_patterns(".*", "__pycache__"))
     return scratch
+
+
+def tests_source(course: Course) -> Path:
+    """Where the tests come from: solutions/ (every test) if present, else course/ (the visible tests)."""
+    return course.solutions if course.has_solutions else course.release
 
 
 def _assignment_of(notebook: Path, course: Course) -> str:

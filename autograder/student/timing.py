@@ -2,8 +2,9 @@
 
 The notebook times forward and forward+backward passes of a few elementwise workloads (a plain
 copy, built-in ops, custom Functions of the course, an unfused composition and a fused
-bias-GELU) over tensor sizes, reads the reference records shipped beside it
-(``reference_<device>.json``) and plots both. The records themselves are made by the course
+bias-GELU) over tensor sizes, reads the reference records shipped with this package
+(``data/reference_<device>.json``, found through the package so that a notebook downloaded on
+its own, on Colab say, finds them too) and plots both. The records themselves are made by the course
 author's ``python -m autograder.authoring.record_timings``, with these same workloads and helpers.
 The made-up (model) two-device dataset that the analysis exercise is graded on is
 ``illustrative_dataset()``; it is labelled as a model and never presented as a measurement.
@@ -22,6 +23,7 @@ import statistics
 import time
 import warnings
 from collections.abc import Callable
+from importlib import resources
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +33,8 @@ from torch.utils.benchmark import Timer
 
 FORMAT = 1
 ILLUSTRATIVE_FILE = "illustrative_two_devices.json"
+# The recordings and figures assignment 07 reads: package data, wherever the package is installed.
+DATA_DIR = Path(str(resources.files("autograder.student") / "data"))
 COLUMNS = 1024  # the last dimension of every workload tensor (a hidden size); the bias has this length
 PASSES = ("forward", "forward+backward")
 LARGEST_EXPONENT = {"cuda": 27, "mps": 24, "cpu": 22}  # default sweep: 2**10 ... 2**this elements
@@ -415,7 +419,17 @@ def load_record(path) -> dict | None:
     return data
 
 
-def reference_gpu_record(folder=".") -> dict | None:
+def reference_record(device: str, folder=DATA_DIR) -> dict | None:
+    """The reference record of ``device`` ("cpu", "cuda", "mps") shipped with the course, or None."""
+    return load_record(Path(folder) / f"reference_{device}.json")
+
+
+def illustrative_record(folder=DATA_DIR) -> dict:
+    """The made-up (model) two-device dataset shipped with the course (see ``illustrative_dataset``)."""
+    return json.loads((Path(folder) / ILLUSTRATIVE_FILE).read_text(encoding="utf-8"))
+
+
+def reference_gpu_record(folder=DATA_DIR) -> dict | None:
     """The GPU reference record in ``folder`` (CUDA first, then mps), or None if none was made."""
     for device in ("cuda", "mps"):
         data = load_record(Path(folder) / f"reference_{device}.json")

@@ -19,7 +19,7 @@ from conftest import REPO, nbgrader_meta, read_notebook, source
 
 EXPECTED = json.loads((DEMO_ROOT / "expected_scores.json").read_text())
 COMMANDS = ["release", "validate", "check", "roster", "collect", "deadline", "grade", "feedback", "report",
-            "similarity", "export", "demo", "bench"]
+            "similarity", "export", "demo", "bench", "publish"]
 
 
 def autograder(course: Course, *args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -177,7 +177,7 @@ def test_bench_grades_identically_and_faster_than_nbgrader(tmp_path):
     """A small bench (make bench-grade runs 40): same scores as nbgrader, in less time."""
     from autograder.grading.bench import bench
 
-    result = bench(students=4, out=open(os.devnull, "w"))
+    result = bench(Course(REPO), students=4, out=open(os.devnull, "w"))
     assert result["differences"] == {}
     assert result["ours_seconds"] < result["nbgrader_seconds"], result
 

@@ -166,7 +166,7 @@ def test_fused_functions_keep_a_third_of_the_unfused_composition():
 
 
 def test_shipped_illustrative_dataset_is_exactly_the_labelled_model():
-    shipped = json.loads((record_timings.ASSIGNMENT_DIR / bench.ILLUSTRATIVE_FILE).read_text())
+    shipped = json.loads((bench.DATA_DIR / bench.ILLUSTRATIVE_FILE).read_text())
     assert shipped == json.loads(json.dumps(bench.illustrative_dataset())), \
         "regenerate it with `python -m autograder.authoring.record_timings --illustrative`"
     assert shipped["kind"] == "illustrative model" and "NOT MEASURED" in shipped["warning"]
@@ -175,16 +175,16 @@ def test_shipped_illustrative_dataset_is_exactly_the_labelled_model():
 
 
 def test_shipped_cpu_reference_is_a_measurement_with_provenance():
-    data = bench.load_record(record_timings.ASSIGNMENT_DIR / "reference_cpu.json")
+    data = bench.load_record(bench.DATA_DIR / "reference_cpu.json")
     assert data is not None, "run `python -m autograder.authoring.record_timings --device cpu` to record it"
     assert bench.check_record(data) == [] and data["device"] == "cpu"
     assert {r["device"] for r in data["sweep"]} == {"cpu"}
     for name in ("reference_cpu_time.png", "reference_cpu_throughput.png"):
-        assert (record_timings.ASSIGNMENT_DIR / name).read_bytes()[:4] == b"\x89PNG"
+        assert (bench.DATA_DIR / name).read_bytes()[:4] == b"\x89PNG"
 
 
 def test_shipped_gpu_reference_meets_the_course_bar():
-    data = bench.load_record(record_timings.ASSIGNMENT_DIR / "reference_cuda.json")
+    data = bench.load_record(bench.DATA_DIR / "reference_cuda.json")
     if data is None:
         pytest.skip("no GPU reference recorded yet: run `make benchmark` on a machine with an NVIDIA GPU")
     assert bench.check_record(data) == [] and data["device"] == "cuda" and data["cuda_version"]

@@ -328,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
     add_arguments(parser)
     args = parser.parse_args(argv)
     try:
-        return run(args, Course())
+        return run(args, Course.locate())
     except CourseError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -140,7 +140,7 @@ HANDED_IN = {
 }
 
 
-def make_demo(course: Course = Course(), root: Path = DEMO_ROOT) -> list[Path]:
+def make_demo(course: Course, root: Path = DEMO_ROOT) -> list[Path]:
     """(Re)write ``root/01_first_function/<student>/01_first_function.ipynb`` (and the time it was handed in,
     ``timestamp.txt``) for every demo student."""
     folder = root / ASSIGNMENT
@@ -156,5 +156,5 @@ def make_demo(course: Course = Course(), root: Path = DEMO_ROOT) -> list[Path]:
 
 
 if __name__ == "__main__":
-    for path in make_demo():
+    for path in make_demo(Course.locate()):
         print(f"wrote {path.relative_to(DEMO_ROOT.parent.parent)}")

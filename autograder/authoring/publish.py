@@ -1,0 +1,152 @@
+"""The student distribution: ``python -m autograder publish`` (``make student-dist``).
+
+Writes a self-contained folder (and a zip of it) holding what students get and nothing else:
+``course/`` (the released notebooks), the student's library (``autograder.student`` and the few
+modules ``check`` needs to grade a notebook against its visible tests), a README for students,
+the environment files (``pyproject.toml``, ``constraints.txt``, ``environment.yml``, ``binder/``)
+and a small Makefile. No solution, no hidden test, and none of the instructor's tools that need
+them (release, validate, book, timing recorder, the demo class, the grading batch) are in it.
+The folder is meant to become the class's public repository: the Colab setup cell of every
+notebook installs the library from there (see ``autograder.authoring.colab``).
+
+``--self-study`` writes the self-study edition instead: the same, plus ``solutions/`` (model
+answers and hidden tests), labelled as such, so ``check`` runs every test.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import shutil
+import string
+from pathlib import Path
+
+from autograder.authoring.colab import binder_url, links_table, student_repository
+from autograder.authoring.course import Course, CourseError
+
+TEMPLATES = Path(__file__).resolve().parent / "student_edition"
+# A student distribution ships the student's library and what `python -m autograder check` needs
+# (the course's folders and nbgrader settings, the grading pipeline that runs one notebook): these
+# modules and every module they import, found by reading their imports (``_shipped_modules``), so
+# a new import is shipped without a list to keep up to date. The CLI's own imports are not followed:
+# its instructor commands import their modules lazily, and stay with the instructor.
+STUDENT_ENTRY_POINTS = ("__init__.py", "__main__.py", "cli.py", "student", "authoring/nbgrader_config.py",
+                        "grading/selfcheck.py")
+NOT_FOLLOWED = ("cli.py",)
+# What students need of the dependencies: the library itself and JupyterLab with nbgrader (the
+# Validate button and `check`); not the instructor's cluster, PostgreSQL or test tools.
+STUDENT_EXTRAS = ("jupyter",)
+
+
+def _shipped_modules(package: Path) -> list[Path]:
+    """The package's .py files a student distribution needs: the entry points and, at any depth,
+    every ``autograder`` module they import (with the ``__init__.py`` of each package on the way)."""
+    def files_of(module: str) -> list[Path]:
+        parts = module.split(".")[1:]
+        if not parts:
+            return [package / "__init__.py"]
+        relative = Path(*parts)
+        candidates = [package / relative.with_suffix(".py"), package / relative / "__init__.py"]
+        return [path for path in candidates if path.is_file()]
+
+    todo = [path for entry in STUDENT_ENTRY_POINTS
+            for path in ((package / entry).rglob("*.py") if (package / entry).is_dir() else [package / entry])]
+    shipped: set[Path] = set()
+    while todo:
+        path = todo.pop()
+        if path in shipped or "__pycache__" in path.parts:
+            continue
+        shipped.add(path)
+        for parent in path.relative_to(package).parents:
+            todo.append(package / parent / "__init__.py")
+        if path.relative_to(package).as_posix() in NOT_FOLLOWED:
+            names = _imported(path, module_level_only=True)
+        else:
+            names = _imported(path)
+        for name in names:
+            todo += files_of(name)
+    return sorted(shipped)
+
+
+def _imported(path: Path, module_level_only: bool = False) -> set[str]:
+    """``autograder`` modules (and ``from autograder.x import y`` candidates) imported by ``path``."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    nodes = tree.body if module_level_only else ast.walk(tree)
+    names: set[str] = set()
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
+    return {name for name in names if name == "autograder" or name.startswith("autograder.")}
+
+
+def publish(course: Course, out: Path, self_study: bool = False, archive: bool = True) -> Path:
+    """Write the student distribution (or the self-study edition) of ``course`` into ``out``.
+
+    ``out`` is replaced. Returns ``out``; with ``archive``, ``out.zip`` is written beside it.
+    """
+    if not course.has_solutions or not course.release.is_dir():
+        raise CourseError(f"publish needs the instructor's course (solutions/ and course/) at {course.root}")
+    out = Path(out).resolve()
+    package = Path(__file__).resolve().parents[1]
+    if out == course.root or out in course.root.parents or out in (course.release, course.solutions, package):
+        raise CourseError(f"refusing to replace {out} with the distribution: choose a new folder")
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+
+    shutil.copytree(course.release, out / "course", ignore=_junk)
+    if self_study:
+        shutil.copytree(course.solutions, out / "solutions", ignore=_junk)
+    for module in _shipped_modules(package):
+        target = out / "autograder" / module.relative_to(package)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(module, target)
+    for data in (package / "student" / "data").glob("*"):
+        (out / "autograder" / "student" / "data").mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(data, out / "autograder" / "student" / "data" / data.name)
+    for name in ("pyproject.toml", "constraints.txt"):
+        shutil.copyfile(course.root / name, out / name)
+    if (course.root / "binder").is_dir():
+        shutil.copytree(course.root / "binder", out / "binder", ignore=_junk)
+    (out / "environment.yml").write_text(_student_environment(course), encoding="utf-8")
+    (out / "Makefile").write_text((TEMPLATES / "Makefile").read_text(encoding="utf-8"), encoding="utf-8")
+    (out / "README.md").write_text(_readme(course, self_study), encoding="utf-8")
+    if archive:
+        shutil.make_archive(str(out), "zip", root_dir=out.parent, base_dir=out.name)
+    return out
+
+
+def _junk(folder: str, names: list[str]) -> list[str]:
+    return [n for n in names if n in ("__pycache__", ".ipynb_checkpoints") or n.endswith(".pyc")]
+
+
+def _student_environment(course: Course) -> str:
+    """environment.yml without the instructor's extras: their pins dropped, `-e .[jupyter]` installed."""
+    import tomllib
+
+    project = tomllib.loads((course.root / "pyproject.toml").read_text())["project"]
+    dropped = {_name(r) for extra, reqs in project.get("optional-dependencies", {}).items()
+               if extra not in STUDENT_EXTRAS for r in reqs}
+    lines = ["# Conda environment for the course (conda env create -f environment.yml): the tested",
+             "# versions of constraints.txt, then the course's library with JupyterLab and nbgrader."]
+    for line in (course.root / "environment.yml").read_text(encoding="utf-8").splitlines():
+        if line.startswith("#"):
+            continue
+        pin = re.match(r"\s*- ([A-Za-z0-9_.\-]+)==", line)
+        if pin and _name(pin[1]) in dropped:
+            continue
+        lines.append(re.sub(r"-e \.\[[^\]]*\]", f"-e .[{','.join(STUDENT_EXTRAS)}]", line))
+    return "\n".join(lines) + "\n"
+
+
+def _name(requirement: str) -> str:
+    return re.split(r"[<>=!~;\[ ]", requirement, maxsplit=1)[0].lower().replace("_", "-")
+
+
+def _readme(course: Course, self_study: bool) -> str:
+    repository = student_repository(course)
+    edition = (TEMPLATES / "SELF_STUDY.md").read_text(encoding="utf-8") if self_study else ""
+    template = string.Template((TEMPLATES / "README.md").read_text(encoding="utf-8"))
+    return template.substitute(repository=repository, notebook_links=links_table(course), edition=edition,
+                               binder=binder_url(repository, "course"))

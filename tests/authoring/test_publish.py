@@ -1,0 +1,137 @@
+"""The student distribution (python -m autograder publish): no solution or hidden test anywhere in
+it, and `check` works there on a filled-in notebook and on a blank one, with the visible tests."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from autograder.authoring.course import Course
+from autograder.authoring.publish import publish
+from conftest import REPO, filled_release, read_notebook, solution_answers, source
+
+ASSIGNMENT = "01_first_function"
+MARKERS = ("BEGIN SOLUTION", "BEGIN HIDDEN TESTS")
+SHORTEST_SECRET = 10  # shorter lines ("pass", "return x", "]") are not telling
+# Lines of answers that the student's library also holds, as it needs them: autograder/student/
+# timing.py times the reference recordings with median_time() and keeps its own BiasGELU, and those
+# share these generic lines with assignment 07's answers (measure, bias_gelu). Any other solution
+# or hidden-test line found in the distribution fails the test.
+SHARED_WITH_THE_LIBRARY = {
+    "return None", "synchronize()", "curves = []", "for _ in range(warmup):", 'if kind == "cuda":',
+    "kind = torch.device(device).type", "ctx.save_for_backward(h)", "(h,) = ctx.saved_tensors",
+}
+
+
+@pytest.fixture(scope="module")
+def dist(tmp_path_factory) -> Path:
+    return publish(Course(REPO), tmp_path_factory.mktemp("published") / "student-edition")
+
+
+def _lines(text: str) -> set[str]:
+    return {line.strip() for line in text.splitlines()}
+
+
+def _secret_lines() -> set[str]:
+    """Every line of a solution region or hidden-test region of solutions/ that the release does not show."""
+    released = set()
+    for path in (REPO / "course").glob("*/*.ipynb"):
+        released |= {line for cell in read_notebook(path)["cells"] for line in _lines(source(cell))}
+    secrets = set()
+    for path in (REPO / "solutions").glob("*/*.ipynb"):
+        for cell in read_notebook(path)["cells"]:
+            text = source(cell)
+            # A solution cell without markers is replaced whole by nbgrader.
+            inside = whole = cell.get("metadata", {}).get("nbgrader", {}).get("solution") and "BEGIN SOLUTION" not in text
+            for line in text.splitlines():
+                stripped = line.strip()
+                if stripped.startswith(("### BEGIN SOLUTION", "### BEGIN HIDDEN TESTS")):
+                    inside = True
+                elif stripped.startswith(("### END SOLUTION", "### END HIDDEN TESTS")):
+                    inside = whole
+                elif inside and len(stripped) >= SHORTEST_SECRET and stripped not in released:
+                    secrets.add(stripped)
+    return secrets
+
+
+def _file_lines(path: Path) -> set[str]:
+    if path.suffix == ".ipynb":
+        nb = json.loads(path.read_text(encoding="utf-8"))
+        return {line for cell in nb["cells"] for line in _lines(source(cell))}
+    return _lines(path.read_bytes().decode("utf-8", errors="ignore"))
+
+
+def test_the_distribution_holds_no_solution_and_no_hidden_test(dist):
+    secrets = _secret_lines()
+    assert len(secrets) > 300, "the solutions' lines were not found: the check would be empty"
+    files = [p for p in dist.rglob("*") if p.is_file()]
+    leaks = {}
+    for path in files:
+        text = path.read_bytes().decode("utf-8", errors="ignore")
+        found = [m for m in MARKERS if m in text] + sorted((secrets & _file_lines(path)) - SHARED_WITH_THE_LIBRARY)
+        if found:
+            leaks[str(path.relative_to(dist))] = found[:5]
+    assert not leaks, leaks
+    assert not (dist / "solutions").exists()
+    # The zip beside it holds the same files, and nothing more.
+    with zipfile.ZipFile(dist.with_suffix(".zip")) as archive:
+        names = {n.removeprefix(dist.name + "/") for n in archive.namelist() if not n.endswith("/")}
+    assert names == {p.relative_to(dist).as_posix() for p in files}
+
+
+def test_the_distribution_is_what_students_need_and_no_instructor_tool(dist):
+    assert sorted(p.name for p in (dist / "course").iterdir()) == Course(REPO).assignments()
+    for name in ("README.md", "pyproject.toml", "constraints.txt", "environment.yml", "Makefile",
+                 "binder/requirements.txt", "autograder/student/checker.py", "autograder/student/data/reference_cpu.json"):
+        assert (dist / name).is_file(), name
+    shipped = {p.relative_to(dist / "autograder").as_posix() for p in (dist / "autograder").rglob("*.py")}
+    for tool in ("authoring/validation.py", "authoring/book.py", "authoring/record_timings.py",
+                 "authoring/publish.py", "grading/bench.py", "grading/collect.py", "grading/feedback.py",
+                 "grading/demo/make_demo.py"):
+        assert tool not in shipped
+    assert not (dist / "autograder" / "grading" / "demo").exists(), "the demo class holds 01's answers"
+    readme = (dist / "README.md").read_text()
+    assert "colab.research.google.com/github/" in readme and "mybinder.org/v2/gh/" in readme
+    assert "/blob/main/course/07_gpu_timing/07_gpu_timing.ipynb" in readme and "solutions/" not in readme
+    assert "-e .[jupyter]" in (dist / "environment.yml").read_text()
+
+
+def _in_dist(dist: Path, *args: str) -> subprocess.CompletedProcess:
+    """Run python from the distribution's folder: its own `autograder` package, not the repository's."""
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=dist)
+
+
+def test_the_distribution_imports_its_own_package_and_refuses_instructor_commands(dist):
+    where = _in_dist(dist, "-c", "import autograder; print(autograder.__file__)")
+    assert Path(where.stdout.strip()) == dist / "autograder" / "__init__.py", where.stderr
+    result = _in_dist(dist, "-m", "autograder", "validate")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "error: `validate` is an instructor's command, not part of this student distribution (it has `check`)"]
+
+
+@pytest.mark.slow
+def test_check_in_the_distribution_runs_the_visible_tests(dist, tmp_path):
+    """A right notebook passes every visible test; the blank one passes none; both say the grader runs more."""
+    mine = tmp_path / f"{ASSIGNMENT}.ipynb"
+    mine.write_text(json.dumps(filled_release(REPO, ASSIGNMENT, solution_answers(REPO, ASSIGNMENT))))
+    right = _in_dist(dist, "-m", "autograder", "check", str(mine))
+    assert right.returncode == 0, right.stdout + right.stderr
+    lines = right.stdout.splitlines()
+    passed = [line for line in lines if line.startswith("PASS")]
+    assert len(passed) == 5 and not any(line.startswith("FAIL") for line in lines), right.stdout
+    assert "PASS  2/2  test_cube_backward" in right.stdout and "score: 11 / 11" in right.stdout
+    assert "The grader runs more" in right.stdout
+
+    blank = _in_dist(dist, "-m", "autograder", "check", f"course/{ASSIGNMENT}/{ASSIGNMENT}.ipynb")
+    assert blank.returncode == 1, blank.stdout + blank.stderr
+    assert "score: 0 / 11" in blank.stdout and "5 failed" in blank.stdout
+    assert "replace `raise NotImplementedError()` with your code" in blank.stdout
+    assert "The grader runs more" in blank.stdout
+    for output in (right.stdout, blank.stdout):
+        assert "BEGIN HIDDEN" not in output and "torch.randn(4, 5)" not in output
