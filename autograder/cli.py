@@ -116,13 +116,14 @@ def _grade(args, course: Course) -> int:
     for r in rows:
         if r.regraded:
             reasons.setdefault(r.regraded, []).append(r.student_id)
+    # What this run did, on stderr: the grades above are the same whichever run graded them.
     for reason, students in reasons.items():
         print(f"regraded {len(students)} submission{'s' * (len(students) != 1)} because {reason}: "
-              f"{', '.join(students)}")
+              f"{', '.join(students)}", file=sys.stderr)
     reused = sum(r.reused for r in rows)
     if reused:
         print(f"{reused} already graded and unchanged (tests, grader and submission): not graded again "
-              "(--force grades them again)")
+              "(--force grades them again)", file=sys.stderr)
     return 0
 
 

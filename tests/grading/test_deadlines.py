@@ -83,7 +83,7 @@ def test_late_work_is_marked_and_penalised_and_an_extension_regrades_only_its_st
     second = autograder(course, "grade", ASSIGNMENT)
 
     assert ("regraded 1 submission because the due date, an extension or the late penalty changed: late"
-            in second.stdout)
+            in second.stderr)
     rows = grades_csv(course)
     assert rows["late"]["late"] == "" and float(rows["late"]["score"]) == 11
     assert float(rows["later"]["score"]) == pytest.approx(7.7)

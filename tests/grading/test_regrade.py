@@ -45,13 +45,13 @@ def test_a_changed_hidden_test_regrades_and_changes_the_scores(course_copy, tmp_
     stamps = _markers(course)
 
     again = autograder(course, "grade", ASSIGNMENT)
-    assert "regraded" not in again.stdout and "2 already graded and unchanged" in again.stdout
+    assert "regraded" not in again.stderr and "2 already graded and unchanged" in again.stderr
     assert _markers(course) == stamps, "nothing changed: nothing is graded again"
 
     _make_hidden_test_stricter(course, "test_cube_forward")
     changed = autograder(course, "grade", ASSIGNMENT)
 
-    assert "regraded 2 submissions because the assignment's tests changed: ada, chen" in changed.stdout
+    assert "regraded 2 submissions because the assignment's tests changed: ada, chen" in changed.stderr
     after = {s: float(r["score"]) for s, r in grades_csv(course).items()}
     assert after == {s: before[s] - 1 for s in STUDENTS}  # test_cube_forward is worth 1 point
     assert all(_markers(course)[s] != stamps[s] for s in STUDENTS)
@@ -59,7 +59,7 @@ def test_a_changed_hidden_test_regrades_and_changes_the_scores(course_copy, tmp_
     assert set(marker["graded_with"]) == {"source", "grader", "deadline"} and "nbgrader 0.9.6" in marker["graded_with"]["grader"]
 
     settled = autograder(course, "grade", ASSIGNMENT)
-    assert "regraded" not in settled.stdout and "2 already graded and unchanged" in settled.stdout
+    assert "regraded" not in settled.stderr and "2 already graded and unchanged" in settled.stderr
     assert {s: float(r["score"]) for s, r in grades_csv(course).items()} == after
 
 
