@@ -58,5 +58,10 @@ c.Execute.timeout = 60
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
     "nbgrader.preprocessors.ClearHiddenTests",
+    # Student markdown and outputs are untrusted: scripts, event handlers and raw HTML are escaped,
+    # JavaScript outputs dropped (bleach, through nbconvert), so a feedback page runs no student code.
+    "nbconvert.preprocessors.SanitizeHTML",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]
+# The same for every page nbconvert renders here (the formgrader's views of submissions too).
+c.HTMLExporter.sanitize_html = True
