@@ -60,8 +60,9 @@ c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.ClearHiddenTests",
     # Student markdown and outputs are untrusted: scripts, event handlers and raw HTML are escaped,
     # JavaScript outputs dropped (bleach, through nbconvert), so a feedback page runs no student code.
-    "nbconvert.preprocessors.SanitizeHTML",
+    "nbconvert.preprocessors.sanitize.SanitizeHTML",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]
-# The same for every page nbconvert renders here (the formgrader's views of submissions too).
+# And for every other page nbconvert renders with these settings (feedback is tested; the
+# formgrader's own templates are not, so open suspicious submissions there with care).
 c.HTMLExporter.sanitize_html = True

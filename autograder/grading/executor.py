@@ -73,18 +73,35 @@ class Execution:
 # Parent side
 
 
+# What the warm process keeps of the grading process's environment: no database URL, no token can
+# reach a notebook, not even through its process's original environment block (/proc/self/environ).
+WARM_ENVIRONMENT = {"PATH", "HOME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "PYTHONPATH", "PYTHONHASHSEED",
+                    "VIRTUAL_ENV", "MPLBACKEND", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "JUPYTER_PATH",
+                    "JUPYTER_CONFIG_PATH", "AUTOGRADER_COURSE_ROOT"}
+_starting = threading.Lock()
+
+
 def _context():
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(["autograder.grading.warm"])
+    from multiprocessing import forkserver
+
+    with _starting:
+        if forkserver._forkserver._forkserver_pid is None:  # (multiprocessing keeps no public flag)
+            saved = dict(os.environ)
+            try:
+                for name in [n for n in os.environ if n not in WARM_ENVIRONMENT and not n.startswith("LC_")]:
+                    del os.environ[name]
+                forkserver.ensure_running()
+            finally:
+                os.environ.clear()
+                os.environ.update(saved)
     return context
 
 
 def warm_up() -> None:
     """Start the warm process now (it imports torch in the background) so the first notebook need not wait."""
     _context()
-    from multiprocessing import forkserver
-
-    forkserver.ensure_running()
 
 
 def execute(cells: list[dict], cwd: str, limits: Limits = Limits(),
@@ -390,11 +407,17 @@ def _child_main(cells, cwd, limits: Limits, env, connection) -> None:
             recorder.begin(hidden=HIDDEN_TESTS_MARKER in source, limit=limit, memory=limits.memory)
             signal.setitimer(signal.ITIMER_REAL, limit)
             try:
-                shell.run_cell(source, store_history=True)
+                outcome = shell.run_cell(source, store_history=True)
             except CellTimeout:
+                outcome = None
                 recorder.timeout()
             finally:
                 signal.setitimer(signal.ITIMER_REAL, 0)
+            error = getattr(outcome, "error_in_exec", None) or getattr(outcome, "error_before_exec", None)
+            if error is not None and not any(o["output_type"] == "error" for o in recorder.outputs):
+                # The error's traceback was lost (e.g. the alarm fired while IPython formatted it):
+                # the cell still failed, and must say so.
+                recorder.error(type(error).__name__, str(error)[:1000], [])
             after_cell(shell)  # also an IPython hook, which student code could remove
             outputs, status = recorder.end()
             timed_out = timed_out or status == "timed out"
