@@ -58,9 +58,10 @@ c.Execute.timeout = 60
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
     "nbgrader.preprocessors.ClearHiddenTests",
-    # Student markdown and outputs are untrusted: scripts, event handlers and raw HTML are escaped,
-    # JavaScript outputs dropped (bleach, through nbconvert), so a feedback page runs no student code.
-    "nbconvert.preprocessors.sanitize.SanitizeHTML",
+    # Student markdown and outputs are untrusted: scripts, event handlers, javascript: links and raw
+    # HTML are escaped, JavaScript outputs dropped (bleach, through nbconvert), so a feedback page
+    # runs no student code.
+    "autograder.grading.feedback.SanitizeStudentHTML",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]
 # And for every other page nbconvert renders with these settings (feedback is tested; the
