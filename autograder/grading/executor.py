@@ -156,7 +156,7 @@ def execute(cells: list[dict], cwd: str, limits: Limits = Limits(),
                 elif kind == "crash":
                     # Student code runs in this process and can break it too (or the grader has a bug):
                     # this notebook stops here, the batch goes on.
-                    why = "the grading process failed: " + message[1].strip().splitlines()[-1][:500]
+                    why = "the grading process failed: " + (message[1].strip().splitlines() or ["?"])[-1][:500]
                     if running is not None:
                         _append(result, running, _error("DeadKernelError", why))
                     result.status, result.cell, result.detail = "kernel died", running, why

@@ -2,7 +2,7 @@
 
 Three levels, the strongest this machine allows (``available()``; ``grade`` says which one it uses):
 
-``namespaces`` (the grading user is root, or may create namespaces): the child calls
+``namespaces`` (the grading user is root, as in CI and containers): the child calls
 ``unshare(2)`` (through ctypes: Python 3.11 has no ``os.unshare``) for new mount, pid, network
 and IPC namespaces and forks the notebook as PID 1 of its pid namespace, so every process the
 notebook starts dies with it. In its mount namespace the whole file system is read-only; the
@@ -15,9 +15,10 @@ loopback. Then the process becomes a uid of its own (``UID_BASE`` + the sandbox'
 process has it), loses every capability, enters a new user namespace, sets ``no_new_privs``
 and gets limits on processes, file size, open files and memory.
 
-``landlock`` (no namespaces, e.g. a non-root JupyterHub pod): a Landlock ruleset lets the
-notebook read only the system and Python folders and write only its working folder, denies TCP
-and signals to processes outside the sandbox; rlimits as above; capabilities dropped.
+``landlock`` (not root, e.g. a JupyterHub pod): a Landlock ruleset lets the notebook read only
+the system and Python folders and write only its working folder, denies TCP and signals to
+processes outside the sandbox; rlimits as above; capabilities dropped. No pid or network
+namespace: UDP is not blocked, and a process the notebook detaches outlives it.
 
 ``off``: nothing of the above (``grade --no-sandbox``); student code runs as the grading user.
 
@@ -156,8 +157,8 @@ def describe(mode: str) -> str:
         "namespaces": "sandbox: namespaces (mount, pid, network, IPC, user), read-only file system, course "
                       "and home hidden, own uid, no capabilities, no_new_privs, rlimits, clean environment",
         "landlock": "sandbox: Landlock (files allow-listed, no TCP, no signals outside), rlimits, no "
-                    "capabilities, no_new_privs, clean environment; no pid/network namespaces "
-                    "(a notebook's processes are killed with it only through its process group)",
+                    "capabilities, no_new_privs, clean environment; no pid or network namespace "
+                    "(UDP is open, and a process a notebook detaches outlives it)",
         "off": "NO SANDBOX: student code runs as the grading user and can read solutions/ and the gradebook, "
                "change grades, use the network and leave processes running",
     }[mode]

@@ -87,3 +87,43 @@ def test_this_machine_allows_the_strongest_mode():
     """CI runs as root on a kernel with namespaces: make test grades in the namespaces sandbox."""
     assert sandbox.available() == "namespaces"
     assert confine(Limits(), ["/course"]).hidden == ("/course",)
+
+
+def test_the_grader_accepts_only_the_message_it_expects_next():
+    """What a notebook's process sends is checked before anything trusts it (executor._Messages)."""
+    cells = [{"cell_type": "markdown", "source": ""}, {"cell_type": "code", "source": ""},
+             {"cell_type": "code", "source": ""}]
+    stream = {"output_type": "stream", "name": "stdout", "text": "hi"}
+    bad = [["start", 2], ["end", 1, [], 1, "ok"], ["done"], ["start", "1"], ["crash", 1], "start", [], ["x"]]
+    for message in bad:
+        with pytest.raises(executor.ProtocolError):
+            executor._Messages(cells, Limits()).check(message)
+    messages = executor._Messages(cells, Limits())
+    assert messages.check(["start", 1]) == ["start", 1]
+    for wrong_output in ({"output_type": "stream", "name": "stdin", "text": "x"}, {"output_type": "script"},
+                         {"output_type": "display_data", "data": {"html": "x"}, "metadata": {}}):
+        with pytest.raises(executor.ProtocolError):
+            checked = executor._Messages(cells, Limits())
+            checked.check(["start", 1])
+            checked.check(["end", 1, [wrong_output], 1, "ok"])
+    with pytest.raises(executor.ProtocolError):
+        messages.check(["end", 1, [stream], 1, "passed"])  # not a status
+    assert messages.check(["end", 1, [stream], 1, "ok"]) == ["end", 1, [stream], 1, "ok"]
+    with pytest.raises(executor.ProtocolError):
+        messages.check(["done"])  # cell 2 has not run
+    messages.check(["start", 2])
+    messages.check(["end", 2, [], 2, "ok"])
+    assert messages.check(["done"]) == ["done"]
+
+
+def test_a_notebook_keeps_its_errors_but_not_endless_output():
+    messages = executor._Messages([{"cell_type": "code"}] * 3, Limits())
+    big = {"output_type": "stream", "name": "stdout", "text": "x" * (executor.NOTEBOOK_OUTPUT_CHARS - 100)}
+    error = {"output_type": "error", "ename": "AssertionError", "evalue": "wrong", "traceback": []}
+    kept = []
+    for index in range(3):
+        messages.check(["start", index])
+        kept.append(messages.check(["end", index, [big, error], index + 1, "ok"])[2])
+        assert kept[-1][-1] == error  # a failing test stays failing
+    assert kept[0] == [big, error] and kept[2] == [error]
+    assert json.dumps(kept).count("this notebook's outputs passed") == 1
