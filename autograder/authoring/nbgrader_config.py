@@ -60,5 +60,12 @@ c.Execute.timeout = 60
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
     "nbgrader.preprocessors.ClearHiddenTests",
+    # Student markdown and outputs are untrusted: scripts, event handlers, javascript: links and raw
+    # HTML are escaped, JavaScript outputs dropped (bleach, through nbconvert), so a feedback page
+    # runs no student code.
+    "autograder.grading.feedback.SanitizeStudentHTML",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]
+# And for every other page nbconvert renders with these settings (feedback is tested; the
+# formgrader's own templates are not, so open suspicious submissions there with care).
+c.HTMLExporter.sanitize_html = True

@@ -29,14 +29,19 @@ cell's output shows a line of a hidden test (code that prints the test running i
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import signal
+import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+
+from autograder.grading import sandbox
 
 HIDDEN_TESTS_MARKER = "### BEGIN " "HIDDEN TESTS"  # written in two parts: no shipped file holds the marker itself
 HIDDEN_TESTS_END = "### END HIDDEN TESTS"
+NOTEBOOK_OUTPUT_CHARS = 5_000_000  # all of a notebook's outputs together (one cell keeps Limits.output_chars)
 
 
 @dataclass(frozen=True)
@@ -48,6 +53,8 @@ class Limits:
     memory: int | None = 4 * 1024**3
     output_chars: int = 100_000
     threads: int = 1
+    sandbox: str = "auto"             # namespaces | landlock | off | auto (the strongest available)
+    hidden: tuple[str, ...] = ()      # folders the notebook must not see (the course's), see sandbox.Policy
 
 
 @dataclass
@@ -66,24 +73,47 @@ class Execution:
 # Parent side
 
 
+# What the warm process keeps of the grading process's environment: no database URL, no token can
+# reach a notebook, not even through its process's original environment block (/proc/self/environ).
+WARM_ENVIRONMENT = {"PATH", "HOME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "PYTHONPATH", "PYTHONHASHSEED",
+                    "VIRTUAL_ENV", "MPLBACKEND", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "JUPYTER_PATH",
+                    "JUPYTER_CONFIG_PATH", "AUTOGRADER_COURSE_ROOT"}
+_starting = threading.Lock()
+
+
 def _context():
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(["autograder.grading.warm"])
+    from multiprocessing import forkserver
+
+    with _starting:
+        if forkserver._forkserver._forkserver_pid is None:  # (multiprocessing keeps no public flag)
+            saved = dict(os.environ)
+            try:
+                for name in [n for n in os.environ if n not in WARM_ENVIRONMENT and not n.startswith("LC_")]:
+                    del os.environ[name]
+                forkserver.ensure_running()
+            finally:
+                os.environ.clear()
+                os.environ.update(saved)
     return context
 
 
 def warm_up() -> None:
     """Start the warm process now (it imports torch in the background) so the first notebook need not wait."""
     _context()
-    from multiprocessing import forkserver
-
-    forkserver.ensure_running()
 
 
 def execute(cells: list[dict], cwd: str, limits: Limits = Limits(),
             env: dict[str, str] | None = None) -> Execution:
-    """Run the code ``cells`` (nbformat v4 dicts) in a fresh warm process in ``cwd``."""
+    """Run the code ``cells`` (nbformat v4 dicts) in a fresh warm process in ``cwd``.
+
+    What the child sends is untrusted (student code runs there and can write to the pipe): it
+    is read as bytes, parsed as JSON and checked (``_Messages``), never unpickled.
+    """
     started = time.monotonic()
+    if limits.sandbox == "auto":  # a Dask worker: its own machine decides
+        limits = confine(limits, [])
     result = Execution()
     context = _context()
     receive, send = context.Pipe(duplex=False)
@@ -91,15 +121,24 @@ def execute(cells: list[dict], cwd: str, limits: Limits = Limits(),
                             name="autograder-notebook", daemon=True)
     child.start()
     send.close()
-    running, cell_started, timed_out, finished = None, time.monotonic(), False, False
+    messages = _Messages(cells, limits)
+    running, cell_started, timed_out, done = None, time.monotonic(), False, False
     try:
         while True:
             limit = min(limits.after_timeout, limits.cell_timeout) if timed_out else limits.cell_timeout
-            wait = max(0.05, cell_started + limit + 5.0 - time.monotonic())
-            if receive.poll(wait):
+            deadline = cell_started + limit + 5.0
+            if receive.poll(max(0.05, deadline - time.monotonic())):
                 try:
-                    message = receive.recv()
-                except (EOFError, OSError):
+                    message = messages.read(receive, child, deadline)
+                except EOFError:
+                    break
+                except ProtocolError as error:
+                    child.kill()
+                    why = f"the notebook's process sent the grader an invalid message ({error})"
+                    if running is not None:
+                        _append(result, running, _error("DeadKernelError", why))
+                    result.status, result.cell, result.detail = "kernel died", running, why
+                    running = "killed"
                     break
                 kind = message[0]
                 if kind == "start":
@@ -112,12 +151,12 @@ def execute(cells: list[dict], cwd: str, limits: Limits = Limits(),
                         result.status, result.cell = status, index
                     timed_out = timed_out or status == "timed out"
                 elif kind == "done":
-                    finished = True
+                    done = True
                     break
                 elif kind == "crash":
                     # Student code runs in this process and can break it too (or the grader has a bug):
                     # this notebook stops here, the batch goes on.
-                    why = "the grading process failed: " + message[1].strip().splitlines()[-1]
+                    why = "the grading process failed: " + (message[1].strip().splitlines() or ["?"])[-1][:500]
                     if running is not None:
                         _append(result, running, _error("DeadKernelError", why))
                     result.status, result.cell, result.detail = "kernel died", running, why
@@ -145,12 +184,12 @@ def execute(cells: list[dict], cwd: str, limits: Limits = Limits(),
         why = _death(child.exitcode)
         _append(result, running, _error("DeadKernelError", f"the kernel died while running this cell ({why})"))
         result.status, result.cell, result.detail = "kernel died", running, why
-    elif not finished and result.status == "graded":
-        # The process ended without saying it was done, between cells or before the first one
-        # (it could not even start): cells that never ran must not count as passed.
+    elif running is None and not done:
+        # It ended between cells without saying it was done: what did not run did not pass.
         why = _death(child.exitcode)
-        result.status, result.detail = "kernel died", f"the notebook's process ended early ({why})"
-    if result.status in ("kernel died", "timed out") and (running is not None or not finished):
+        if result.status == "graded":
+            result.status, result.cell, result.detail = "kernel died", messages.next_cell(), why
+    if not done:
         for index, cell in enumerate(cells):
             if cell.get("cell_type") == "code" and index not in result.outputs:
                 result.outputs[index] = [_error(
@@ -158,6 +197,160 @@ def execute(cells: list[dict], cwd: str, limits: Limits = Limits(),
                     f"{': ' + result.detail if result.detail else ''})")]
     result.seconds = time.monotonic() - started
     return result
+
+
+class ProtocolError(Exception):
+    """A message from the notebook's process that the grader does not accept."""
+
+
+OUTPUT_TYPES = {"stream", "display_data", "execute_result", "error"}
+STATUSES = {"ok", "timed out", "ran out of memory", "tampering found"}
+
+
+class _Messages:
+    """Reads and checks what the notebook's process sends: JSON only, in order, nbformat-shaped outputs.
+
+    Messages are ``["start", i]``, ``["end", i, outputs, count, status]``, ``["done"]`` and
+    ``["crash", text]``, where ``i`` must be the next code cell, and ``done`` comes only after
+    the last. Outputs must be valid nbformat v4 outputs; the whole notebook keeps at most
+    ``NOTEBOOK_OUTPUT_CHARS`` characters of them (errors are always kept, shortened, so that
+    dropping outputs never turns a failing test into a passing one).
+    """
+
+    def __init__(self, cells: list[dict], limits: Limits) -> None:
+        self.code_cells = [i for i, c in enumerate(cells) if c.get("cell_type") == "code"]
+        self.position = 0           # index into code_cells of the next cell to start
+        self.running: int | None = None
+        self.max_bytes = 4 * (limits.output_chars + 2_000_000 + 20_000) + 65_536
+        self.max_chars = limits.output_chars
+        self.notebook_left = NOTEBOOK_OUTPUT_CHARS
+
+    def next_cell(self) -> int | None:
+        return self.code_cells[self.position] if self.position < len(self.code_cells) else None
+
+    def read(self, connection, child, deadline: float) -> list:
+        """The next message; EOFError when the process closed the pipe; ProtocolError when it is wrong."""
+        # A sender that announces a long message and stops writing would block recv_bytes: past the
+        # deadline, the child is killed, which closes the pipe.
+        watchdog = threading.Timer(max(1.0, deadline - time.monotonic()), child.kill)
+        watchdog.start()
+        try:
+            data = connection.recv_bytes(self.max_bytes)
+        except OSError as error:
+            raise ProtocolError(f"a message over {self.max_bytes} bytes") from error
+        finally:
+            watchdog.cancel()
+        try:
+            message = json.loads(data)
+        except ValueError:
+            raise ProtocolError("not JSON") from None
+        return self.check(message)
+
+    def check(self, message) -> list:
+        if not isinstance(message, list) or not message or not isinstance(message[0], str):
+            raise ProtocolError("not a message")
+        kind = message[0]
+        if kind == "start" and len(message) == 2:
+            if self.running is not None or message[1] != self.next_cell():
+                raise ProtocolError(f"cell {message[1]} started out of order")
+            self.running = message[1]
+            self.position += 1
+            return message
+        if kind == "end" and len(message) == 5:
+            _, index, outputs, count, status = message
+            if index != self.running or index is None:
+                raise ProtocolError(f"cell {index} ended but cell {self.running} was running")
+            if status not in STATUSES or not (count is None or type(count) is int):
+                raise ProtocolError("a bad status or execution count")
+            self.running = None
+            return ["end", index, self._outputs(outputs), count, status]
+        if kind == "done" and len(message) == 1:
+            if self.running is not None or self.next_cell() is not None:
+                raise ProtocolError("done before the last cell ran")
+            return message
+        if kind == "crash" and len(message) == 2 and isinstance(message[1], str):
+            return message
+        raise ProtocolError(f"an unknown message {kind[:40]!r}")
+
+    def _outputs(self, outputs) -> list[dict]:
+        if not isinstance(outputs, list) or not all(isinstance(o, dict) for o in outputs):
+            raise ProtocolError("outputs are not a list of outputs")
+        kept = []
+        for output in outputs:
+            _check_output(output)
+            size = len(json.dumps(output))
+            if output["output_type"] == "error":
+                output = _error(str(output["ename"])[:200], str(output["evalue"])[:10_000]) if size > 20_000 else output
+                kept.append(output)
+            elif size <= self.notebook_left:
+                self.notebook_left -= size
+                kept.append(output)
+            elif self.notebook_left > 0:
+                self.notebook_left = 0
+                kept.append({"output_type": "stream", "name": "stdout", "text": (
+                    f"... output left out: this notebook's outputs passed {NOTEBOOK_OUTPUT_CHARS} characters ...\n")})
+        return kept
+
+
+def _check_output(output: dict) -> None:
+    """Raise ProtocolError unless ``output`` is an nbformat v4 output (the fields nbgrader and nbconvert read)."""
+    kind = output.get("output_type")
+    strings = lambda value: isinstance(value, str) or (  # noqa: E731
+        isinstance(value, list) and all(isinstance(v, str) for v in value))
+    if kind == "stream":
+        ok = output.get("name") in ("stdout", "stderr") and strings(output.get("text")) and len(output) == 3
+    elif kind in ("display_data", "execute_result"):
+        data, metadata = output.get("data"), output.get("metadata")
+        ok = (isinstance(data, dict) and all(isinstance(k, str) and "/" in k for k in data)
+              and isinstance(metadata, dict)
+              and set(output) <= {"output_type", "data", "metadata", "execution_count", "transient"}
+              and (kind == "display_data" or type(output.get("execution_count")) in (int, type(None))))
+    elif kind == "error":
+        ok = (isinstance(output.get("ename"), str) and isinstance(output.get("evalue"), str)
+              and isinstance(output.get("traceback"), list) and all(isinstance(t, str) for t in output["traceback"]))
+    else:
+        ok = False
+    if not ok:
+        raise ProtocolError(f"an output that is not valid nbformat ({str(kind)[:40]})")
+
+
+_available: str | None = None
+REFUSED = ("this machine allows no sandbox (neither namespaces nor Landlock), so student code would run as "
+           "you, able to read solutions/ and the gradebook, change grades and use the network: grade in a "
+           "container or VM, or pass --no-sandbox to run it anyway")
+
+
+class SandboxRefused(Exception):
+    """No sandbox is available and none was explicitly declined."""
+
+
+def confine(limits: Limits, hidden: list, here: bool = True) -> Limits:
+    """``limits`` with ``hidden`` (the course's folders) kept from students, and its sandbox mode decided here.
+
+    Raises SandboxRefused when ``auto`` finds no sandbox: only an explicit ``sandbox="off"`` runs without one.
+    With ``here=False`` (notebooks run on Dask workers) each worker decides the mode for its machine.
+    """
+    mode = sandbox_mode(limits) if here else limits.sandbox
+    if mode == "off" and limits.sandbox == "auto":
+        raise SandboxRefused(REFUSED)
+    return replace(limits, sandbox=mode, hidden=tuple(str(h) for h in hidden) + tuple(limits.hidden))
+
+
+def sandbox_mode(limits: Limits) -> str:
+    """The sandbox ``limits`` asks for, ``auto`` resolved to the strongest this machine allows (probed once)."""
+    global _available
+    if limits.sandbox != "auto":
+        return limits.sandbox
+    if _available is None:
+        from autograder.grading import sandbox
+
+        _available = sandbox.available()
+    return _available
+
+
+def _package_folder() -> str:
+    """The course's own package (``autograder/``): readable, never writable, inside the sandbox."""
+    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _append(result: Execution, index: int, output: dict) -> None:
@@ -191,7 +384,7 @@ class CellTimeout(BaseException):
 def _child_main(cells, cwd, limits: Limits, env, connection) -> None:
     """Run every code cell and send ("start", i) / ("end", i, outputs, count, status) / ("done",)."""
     try:
-        _isolate(cwd, limits, env)
+        _isolate(cwd, limits, env, connection.fileno())
         from autograder.grading import warm
 
         shell = warm.new_shell(hidden_test_lines(cells))
@@ -209,7 +402,7 @@ def _child_main(cells, cwd, limits: Limits, env, connection) -> None:
                 continue
             source = cell.get("source", "")
             source = "".join(source) if isinstance(source, list) else source
-            connection.send(("start", index))
+            _send(connection, ["start", index])
             limit = min(limits.after_timeout, limits.cell_timeout) if timed_out else limits.cell_timeout
             recorder.begin(hidden=HIDDEN_TESTS_MARKER in source, limit=limit, memory=limits.memory)
             signal.setitimer(signal.ITIMER_REAL, limit)
@@ -217,42 +410,35 @@ def _child_main(cells, cwd, limits: Limits, env, connection) -> None:
             try:
                 outcome = shell.run_cell(source, store_history=True)
             except CellTimeout:
+                outcome = None
                 recorder.timeout()
             finally:
                 signal.setitimer(signal.ITIMER_REAL, 0)
-            _record_unshown_error(recorder, outcome)
+            error = getattr(outcome, "error_in_exec", None) or getattr(outcome, "error_before_exec", None)
+            if error is not None and not any(o["output_type"] == "error" for o in recorder.outputs):
+                # The error's traceback was lost (e.g. the alarm fired while IPython formatted it):
+                # the cell still failed, and must say so.
+                recorder.error(type(error).__name__, str(error)[:1000], [])
             after_cell(shell)  # also an IPython hook, which student code could remove
             outputs, status = recorder.end()
             timed_out = timed_out or status == "timed out"
-            connection.send(("end", index, outputs, shell.execution_count - 1, status))
-        connection.send(("done",))
+            _send(connection, ["end", index, outputs, shell.execution_count - 1, status])
+        _send(connection, ["done"])
         connection.close()
     except BaseException as error:  # a bug here, not in the student's code: say so
         import traceback
 
         try:
-            connection.send(("crash", "".join(traceback.format_exception(error))))
+            _send(connection, ["crash", "".join(traceback.format_exception(error))])
         except Exception:
             pass
     finally:
         os._exit(0)
 
 
-def _record_unshown_error(recorder, outcome) -> None:
-    """A cell that raised fails, even when showing its traceback failed.
-
-    When formatting a traceback itself fails (a time limit that strikes inside IPython's slow
-    traceback formatting, or a broken formatter), IPython prints a fallback text to stdout and
-    records no error; nbgrader would then score the test cell as passed. IPython's own verdict
-    on the cell (``ExecutionResult.success``) decides instead.
-    """
-    if outcome is None or outcome.success:
-        return
-    if any(output.get("output_type") == "error" for output in recorder.outputs):
-        return
-    error = outcome.error_in_exec or outcome.error_before_exec
-    name = type(error).__name__ if error is not None else "Error"
-    recorder.error(name, str(error) if error is not None else "the cell failed", [])
+def _send(connection, message: list) -> None:
+    """One message to the grader, as JSON bytes (the grader never unpickles what a notebook sends)."""
+    connection.send_bytes(json.dumps(message, default=str).encode())
 
 
 def hidden_test_lines(cells: list[dict]) -> list[str]:
@@ -270,13 +456,14 @@ def hidden_test_lines(cells: list[dict]) -> list[str]:
     return sorted(lines, key=len, reverse=True)
 
 
-def _isolate(cwd: str, limits: Limits, env: dict[str, str]) -> None:
-    """Own working folder, no stdin, C-level output discarded, bounded memory and threads."""
-    os.chdir(cwd)
-    os.environ.update(env)
+def _isolate(cwd: str, limits: Limits, env: dict[str, str], keep_fd: int) -> None:
+    """The sandbox (``autograder.grading.sandbox``), no stdin, C-level output discarded, bounded memory and threads."""
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
+    os.close(devnull)
+    policy = sandbox.Policy(sandbox_mode(limits), tuple(limits.hidden), (_package_folder(),))
+    sandbox.enter(policy, cwd, keep_fd, env, limits.memory)
     if limits.memory is not None:
         import resource
 

@@ -13,10 +13,42 @@ import html
 import re
 from pathlib import Path
 
+from nbconvert.filters.markdown_mistune import markdown2html_mistune
+from bleach import ALLOWED_ATTRIBUTES, ALLOWED_TAGS
+from nbconvert.preprocessors.sanitize import SanitizeHTML
+from traitlets import Any, Bool, List, Unicode
+
 from autograder.authoring.course import Course, CourseError
 from autograder.grading import deadlines
 
 HIDDEN_MARKERS = ("### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS")
+
+
+class SanitizeStudentHTML(SanitizeHTML):
+    """nbconvert's SanitizeHTML (bleach), with markdown cells rendered to HTML before they are cleaned.
+
+    Student markdown and outputs are untrusted. SanitizeHTML cleans the HTML tags in a markdown
+    cell but not its markdown links, so ``[x](javascript:...)`` would survive. Here a markdown
+    cell is rendered first, so its links are ``<a href>`` that bleach keeps only for http, https
+    and mailto, and it becomes a raw HTML cell, shown as it is (math is left to MathJax).
+    Markdown cells that nbgrader grades by hand keep their type (their score box) and get
+    SanitizeHTML's cleaning. (Configured in ``autograder/authoring/nbgrader_config.py``.)
+    """
+
+    enabled = Bool(True).tag(config=True)
+    tags = List(Unicode(), default_value=sorted(set(ALLOWED_TAGS) | {
+        "p", "div", "span", "br", "hr", "pre", "h1", "h2", "h3", "h4", "h5", "h6", "img", "sub", "sup",
+        "table", "thead", "tbody", "tr", "th", "td", "del", "dl", "dt", "dd"})).tag(config=True)
+    attributes = Any({**ALLOWED_ATTRIBUTES, "*": ["id", "class", "title"], "img": ["src", "alt"]}).tag(config=True)
+
+    def preprocess_cell(self, cell, resources, index):
+        if cell.cell_type == "markdown" and not cell.metadata.get("nbgrader", {}).get("grade"):
+            cell.cell_type = "raw"
+            cell.metadata["raw_mimetype"] = cell.metadata["format"] = "text/html"
+            cell.source = self.sanitize_html_tags(markdown2html_mistune(cell.source))
+            cell.pop("attachments", None)
+            return cell, resources
+        return super().preprocess_cell(cell, resources, index)
 
 
 def feedback(course: Course, assignment: str) -> list[Path]:

@@ -45,8 +45,8 @@ from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, Clea
                                     SaveAutoGrades)
 
 from autograder.authoring.course import Course, CourseError
-from autograder.grading import deadlines
-from autograder.grading.executor import Execution, Limits, execute, warm_up
+from autograder.grading import deadlines, sandbox
+from autograder.grading.executor import Execution, Limits, SandboxRefused, confine, execute, warm_up
 from autograder.grading.fingerprint import graded_with, submission_digest, why_regrade
 from autograder.grading.restore import RestoreTests
 from autograder.grading.speed import nbgrader_speedups, sync_assignment
@@ -104,6 +104,12 @@ def grade(course: Course, assignment: str, jobs: int | None = None, limits: Limi
     course.check_assignment(assignment)
     jobs = jobs or os.cpu_count() or 1
     limits = limits or Limits(threads=max(1, (os.cpu_count() or 1) // jobs))
+    try:  # the sandbox each notebook runs in (autograder.grading.sandbox); Dask workers decide their own
+        limits = confine(limits, [course.root, course.grading, course.solutions], here=not scheduler)
+    except SandboxRefused as error:
+        raise CourseError(str(error)) from None
+    if limits.sandbox in sandbox.MODES:
+        print(sandbox.describe(limits.sandbox), file=progress if progress is not None else sys.stderr)
     with _grading_lock(course), warnings.catch_warnings(), nbgrader_speedups():
         # nbgrader's own gradebook code trips SQLAlchemy's autoflush warnings; they are not ours to fix.
         warnings.simplefilter("ignore", category=SAWarning)

@@ -1,0 +1,396 @@
+"""Hostile submissions against the sandbox (README, "What grading guarantees"; issue 14).
+
+One class of 01_first_function is graded in ONE `python -m autograder grade` run, sandboxed the
+strongest way this machine allows (namespaces here: the tests run as root): honest students,
+and students whose answers are wrong and who attack the grader from their notebook. Each
+attack prints what it managed (``GOT: ...``); the tests check that it managed nothing: no file
+read or changed outside its own folder, no process signalled or left running, no network, no
+secret in its environment, nothing it sent the grader believed, no script in its feedback page,
+and never a better score than the same wrong answer without the attack.
+
+Attacks that still work, because they forge a verdict from inside the student's own interpreter,
+are listed at the end as strict xfails: they are what issue 14 leaves to do (README).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import html.parser
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from autograder.authoring.course import Course
+from autograder.grading import sandbox
+from autograder.grading.executor import NOTEBOOK_OUTPUT_CHARS
+from test_robustness import (ASSIGNMENT, FORGOT_GRAD_OUTPUT, MAX_SCORE, NOTEBOOK, WRONG_CUBE, Notebooks, _course,
+                             autograded, autograder, code_cell, grades_csv, gradebook_scores, hidden_lines,
+                             write_submissions)
+
+pytestmark = pytest.mark.slow
+
+SECRET = "s3cr3t-" + "9f2c71d04e"               # in the grading process's environment only
+PACKAGE = Path(sandbox.__file__).resolve().parent.parent   # the course's own code (autograder/)
+PLANTED = PACKAGE / "hostile_was_here.py"       # what an attack would add to it
+
+
+def attacks(course_root: Path, port: int) -> dict[str, str]:
+    """student -> code added to a wrong answer; each prints GOT: ... for whatever it achieved."""
+    root = str(course_root)
+    grading = f"{root}/grading"
+    return {
+        "reads_secrets": f"""
+import base64, glob, os
+for path in ['{root}/solutions/{ASSIGNMENT}/{NOTEBOOK}', '{grading}/gradebook.db', '/root/.bashrc',
+             '/etc/shadow', *glob.glob('{grading}/submitted/*/*/*.ipynb'), *glob.glob('{grading}/autograded/*/*/*'),
+             *glob.glob('/proc/*/environ'), *glob.glob('/proc/*/cmdline')]:
+    try:
+        data = open(path, 'rb').read()
+    except OSError:
+        continue
+    if path.startswith('/proc/') and b'{SECRET[:6]}' not in data and b'HIDDEN' not in data:
+        continue
+    print('GOT: read', path, base64.b64encode(data).decode())
+print('environment', base64.b64encode(repr(dict(os.environ)).encode()).decode())
+""",
+        "writes_everything": f"""
+import glob, os, sqlite3, autograder
+def attempt(what, action):
+    try:
+        action()
+        print('GOT: wrote', what)
+    except Exception:
+        pass
+def gradebook():
+    db = sqlite3.connect('{grading}/gradebook.db')
+    db.execute('UPDATE grade SET auto_score = 100')
+    db.commit()
+attempt('gradebook', gradebook)
+attempt('grades.csv', lambda: open('{grading}/grades.csv', 'a').write('x,{ASSIGNMENT},100,11,graded,\\n'))
+for path in glob.glob('{grading}/submitted/right/*/*.ipynb') or ['{grading}/submitted/right/{ASSIGNMENT}/{NOTEBOOK}']:
+    attempt('classmate', lambda: open(path, 'w').write('{{}}'))
+attempt('solutions', lambda: open('{root}/solutions/{ASSIGNMENT}/{NOTEBOOK}', 'a').write(' '))
+attempt('package', lambda: open(os.path.join(os.path.dirname(autograder.__file__), '{PLANTED.name}'), 'w').write('1'))
+attempt('tmp outside', lambda: open('/var/tmp/hostile', 'w').write('1'))
+""",
+        "leaves_processes": """
+import os, subprocess
+subprocess.Popen(['sleep', '7771'], start_new_session=True)
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        os.execvp('sleep', ['sleep', '7772'])
+    os._exit(0)
+""",
+        "kills_everyone": """
+import os, signal
+for sig in (signal.SIGSTOP, signal.SIGKILL):
+    for pid in [p for p in range(1, 5000) if p != os.getpid()]:
+        try:
+            os.kill(pid, sig)
+        except OSError:
+            pass
+try:
+    os.kill(-1, signal.SIGKILL)
+except OSError:
+    pass
+""",
+        "fork_bomb": """
+import os, time
+made = 0
+for _ in range(1000):
+    try:
+        if os.fork() == 0:
+            time.sleep(600)
+            os._exit(0)
+        made += 1
+    except OSError:
+        break
+print('forked', made)
+if made >= 1000:
+    print('GOT: unlimited processes')
+""",
+        "uses_the_network": f"""
+import socket
+for family, address in ((socket.AF_INET, ('127.0.0.1', {port})), (socket.AF_INET, ('10.0.0.1', 80))):
+    try:
+        socket.create_connection(address, timeout=2).sendall(b'hello')
+        print('GOT: connected', address)
+    except OSError:
+        pass
+try:
+    socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'x', ('127.0.0.1', {port}))
+    print('GOT: udp')
+except OSError:
+    pass
+""",
+        "pickles_into_the_pipe": f"""
+import gc, multiprocessing.connection
+class Evil:
+    def __reduce__(self):  # run by whoever unpickles it
+        return (exec, ("open('{grading}/pwned-by-pickle', 'w')",))
+pipe = [o for o in gc.get_objects() if isinstance(o, multiprocessing.connection.Connection) and o.writable][0]
+pipe.send(Evil())
+""",
+        "writes_a_huge_file": """
+chunk = b'x' * 1024**2
+try:
+    with open('big', 'wb') as f:
+        for _ in range(1024):
+            f.write(chunk)
+    print('GOT: 1 GB written')
+except OSError as error:
+    print('refused:', error)
+""",
+    }
+
+
+# Attacks on the verdict from inside the student's own interpreter: not stopped yet (README, the limits).
+VERDICT_FORGING = {
+    "forges_pipe_messages": """
+import gc, json, os, multiprocessing.connection
+notebook = json.load(open('01_first_function.ipynb'))  # as graded: the tests are back in place
+cells = notebook['cells']
+index = [i for i, c in enumerate(cells) if c['metadata'].get('nbgrader', {}).get('grade_id') == 'cube'][0]
+count = get_ipython().execution_count
+pipe = [o for o in gc.get_objects() if isinstance(o, multiprocessing.connection.Connection) and o.writable][0]
+send = lambda message: pipe.send_bytes(json.dumps(message).encode())
+send(['end', index, [], count, 'ok'])
+for later in range(index + 1, len(cells)):
+    if cells[later]['cell_type'] == 'code':
+        count += 1
+        send(['start', later])
+        send(['end', later, [], count, 'ok'])
+send(['done'])
+os._exit(0)
+""",
+    "replaces_run_cell": "get_ipython().run_cell = lambda *args, **kwargs: None\n",
+}
+
+
+# Which wrong answer each attack is added to; its untampered score is the most it may get.
+EXERCISE = {"reads_secrets": "cube", "writes_everything": "sqrt", "leaves_processes": "cube",
+            "kills_everyone": "sqrt", "fork_bomb": "cube", "uses_the_network": "sqrt",
+            "pickles_into_the_pipe": "cube", "writes_a_huge_file": "sqrt",
+            "forges_pipe_messages": "cube", "replaces_run_cell": "cube"}
+UNTAMPERED = {"cube": "wrong_cube", "sqrt": "forgot_grad_output"}
+HTML_ATTACK_MARKDOWN = ("<script>alert('x-md')</script> <img src=x onerror=\"alert('x-img')\"> "
+                        "[link](javascript:alert('x-link')) <iframe src='javascript:alert(\"x-frame\")'></iframe>")
+HTML_ATTACK_CODE = ("from IPython.display import HTML, Javascript, display\n"
+                    "display(HTML('<script>alert(\"x-out\")</script><b onmouseover=\"alert(\\'x-over\\')\">b</b>'))\n"
+                    "display(Javascript('alert(\"x-js\")'))\n")
+
+
+def digest(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file() and "__pycache__" not in p.parts}
+
+
+def sandbox_processes() -> list[str]:
+    """Processes still running as a sandbox uid, or running the attacks' sleeps."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        uid = int(re.search(r"^Uid:\s+(\d+)", status, re.M).group(1))
+        if uid >= sandbox.UID_BASE or "sleep 777" in cmdline:
+            found.append(f"{pid} uid {uid}: {cmdline}")
+    return found
+
+
+def decoded(text: str) -> str:
+    """``text`` and every base64 or hex token in it, decoded: what a student could read out of it."""
+    parts = [text]
+    for token in re.findall(r"[A-Za-z0-9+/=]{16,}", text):
+        for decode in (base64.b64decode, bytes.fromhex):
+            try:
+                parts.append(decode(token + "=" * (-len(token) % 4) if decode is base64.b64decode else token)
+                             .decode("utf-8", "replace"))
+            except (binascii.Error, ValueError):
+                pass
+    return "\n".join(parts)
+
+
+class ScriptFinder(html.parser.HTMLParser):
+    """Collects what a browser would run: scripts' text, on* handlers, javascript: URLs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: list[str] = []
+        self.in_script = False
+
+    def handle_starttag(self, tag, attrs):
+        self.in_script = tag == "script"
+        for name, value in attrs:
+            if name.startswith("on") or (value or "").strip().lower().startswith("javascript:"):
+                self.found.append(f"<{tag} {name}={value}>")
+
+    def handle_endtag(self, tag):
+        self.in_script = False
+
+    def handle_data(self, data):
+        if self.in_script:
+            self.found.append(data)
+
+
+@dataclass
+class Run:
+    course_obj: Course
+    grade: object
+    feedback: object
+    rows: dict
+    scores: dict
+    connections: list
+    before: dict
+    after: dict
+    left_running: list
+
+    @property
+    def course(self) -> Path:
+        return self.course_obj.root
+
+    def outputs(self, student: str) -> str:
+        nb = autograded(self.course_obj, student)
+        return json.dumps([c.get("outputs", []) for c in nb["cells"]])
+
+    def page(self, student: str) -> str:
+        return (self.course / "grading" / "feedback" / student / ASSIGNMENT / f"{ASSIGNMENT}.html").read_text()
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    assert sandbox.available() == "namespaces", "these tests need the machine CI has (root, kernel with namespaces)"
+    course = _course(tmp_path_factory.mktemp("hostile"))
+    notebooks = Notebooks(course.root)
+    wrong = {"cube": notebooks.edit("cube", *WRONG_CUBE["forward"],
+                                    base={"cube": notebooks.edit("cube", *WRONG_CUBE["backward"])}),
+             "sqrt": notebooks.edit("sqrt", *FORGOT_GRAD_OUTPUT)}
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    listener.settimeout(0.5)
+    connections, stop = [], threading.Event()
+
+    def accept():
+        while not stop.is_set():
+            try:
+                connections.append(listener.accept()[1].recv(100))
+            except OSError:
+                pass
+
+    threading.Thread(target=accept, daemon=True).start()
+    subs = {"right": notebooks.answers(), "right_too": notebooks.answers(),
+            "wrong_cube": notebooks.answers(cube=wrong["cube"]), "forgot_grad_output": notebooks.answers(sqrt=wrong["sqrt"])}
+    for student, code in {**attacks(course.root, listener.getsockname()[1]), **VERDICT_FORGING}.items():
+        exercise = EXERCISE[student]
+        subs[student] = notebooks.answers(**{exercise: wrong[exercise] + "\n\n" + code})
+    page = notebooks.answers(sqrt=wrong["sqrt"])
+    page["cells"].insert(1, {"cell_type": "markdown", "id": "evil-md", "metadata": {}, "source": HTML_ATTACK_MARKDOWN})
+    page["cells"].append(code_cell("evil-out", HTML_ATTACK_CODE))
+    subs["injects_html"] = page
+    flood = notebooks.answers()
+    flood["cells"] += [code_cell(f"flood-{i}", f"print('{i % 10}' * 100_000)") for i in range(200)]
+    subs["floods_200_cells"] = flood
+    write_submissions(course, subs)
+    before = {"solutions": digest(course.solutions), "package": digest(PACKAGE),
+              "submitted": digest(course.grading / "submitted")}
+    env = {**course.environment(), "GRADER_SECRET_TOKEN": SECRET}
+    try:
+        graded = subprocess.run([sys.executable, "-m", "autograder", "grade", ASSIGNMENT, "--timeout", "10",
+                                 "--memory", "1", "--jobs", "2"], cwd=course.root, env=env, capture_output=True,
+                                text=True, timeout=900)
+        feedback = autograder(course, "feedback", ASSIGNMENT)
+    finally:
+        time.sleep(0.5)
+        stop.set()
+        listener.close()
+    left = sandbox_processes()
+    after = {"solutions": digest(course.solutions), "package": digest(PACKAGE),
+             "submitted": digest(course.grading / "submitted")}
+    if PLANTED.exists():
+        PLANTED.unlink()
+    return Run(course, graded, feedback, grades_csv(course), gradebook_scores(course), connections, before, after, left)
+
+
+def test_the_batch_finishes_and_honest_students_are_graded_as_usual(run):
+    assert run.grade.returncode == 0, run.grade.stdout + run.grade.stderr
+    assert "sandbox: namespaces" in run.grade.stderr
+    assert run.feedback.returncode == 0, run.feedback.stderr
+    for student in ("right", "right_too"):
+        assert (float(run.rows[student]["score"]), run.rows[student]["status"]) == (MAX_SCORE, "graded")
+    assert float(run.rows["wrong_cube"]["score"]) == MAX_SCORE - 3
+    assert float(run.rows["forgot_grad_output"]["score"]) == MAX_SCORE - 3
+    for student, grades in run.scores.items():  # the gradebook says what grades.csv says
+        assert sum(v or 0 for v in grades.values()) == float(run.rows[student]["score"]), student
+
+
+@pytest.mark.parametrize("student", sorted(set(EXERCISE) - set(VERDICT_FORGING)))
+def test_an_attack_gains_nothing(run, student):
+    assert float(run.rows[student]["score"]) <= float(run.rows[UNTAMPERED[EXERCISE[student]]]["score"]), run.rows[student]
+    assert "GOT:" not in run.outputs(student), run.outputs(student)[:3000]
+
+
+def test_nothing_outside_its_own_folder_was_changed(run):
+    assert run.after == run.before
+    assert not PLANTED.exists() and not (run.course / "grading" / "pwned-by-pickle").exists()
+    assert not Path("/var/tmp/hostile").exists()
+    assert set(run.rows) >= {"right", "right_too"} and "x" not in run.rows
+
+
+def test_nothing_is_left_running(run):
+    assert run.left_running == []
+    made = int(re.search(r"forked (\d+)", run.outputs("fork_bomb")).group(1))
+    assert 0 < made <= sandbox.PROCESSES
+
+
+def test_no_secret_or_hidden_test_reaches_what_students_see(run):
+    hidden = hidden_lines(run.course_obj)
+    for student in run.rows:
+        seen = decoded(run.outputs(student) + run.page(student))
+        assert SECRET not in seen and "AUTOGRADER_DB_URL" not in seen, student
+        leaked = [line for line in hidden if line in seen]
+        assert not leaked, (student, leaked[:2])
+    assert run.connections == []
+
+
+def test_a_pickle_sent_to_the_grader_is_not_unpickled(run):
+    row = run.rows["pickles_into_the_pipe"]
+    assert row["status"] == "kernel died" and "invalid message" in row["detail"], row
+
+
+def test_a_huge_file_and_200_flooded_cells_stay_small(run):
+    assert "File too large" in run.outputs("writes_a_huge_file")
+    flooded = run.course / "grading" / "autograded" / "floods_200_cells" / ASSIGNMENT / NOTEBOOK
+    assert flooded.stat().st_size < 2 * NOTEBOOK_OUTPUT_CHARS
+    assert "this notebook's outputs passed" in flooded.read_text()
+    assert (float(run.rows["floods_200_cells"]["score"]), run.rows["floods_200_cells"]["status"]) == (MAX_SCORE, "graded")
+
+
+def test_feedback_pages_run_no_student_script(run):
+    finder = ScriptFinder()
+    finder.feed(run.page("injects_html"))
+    assert [found for found in finder.found if "x-" in found] == []
+    assert "x-md" in run.page("injects_html")  # escaped and shown, not dropped silently
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError,
+                   reason="issue 14, not done: verdicts are still decided in the student's own process "
+                          "(README, 'What a student can still do')")
+@pytest.mark.parametrize("student", sorted(VERDICT_FORGING))
+def test_forging_a_verdict_from_inside_the_interpreter_gains_nothing(run, student):
+    assert float(run.rows[student]["score"]) <= float(run.rows[UNTAMPERED[EXERCISE[student]]]["score"])
+
