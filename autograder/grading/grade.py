@@ -27,7 +27,6 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 import time
 import warnings
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
