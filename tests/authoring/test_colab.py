@@ -57,9 +57,9 @@ def test_the_script_rewrites_the_readme_links_for_the_notebooks_of_course(tmp_pa
         shutil.copy(REPO / name, tmp_path / name)
     course = Course(tmp_path)
     assert not update_readme_links(course)
-    shutil.copytree(tmp_path / "course" / "08_modern_pytorch", tmp_path / "course" / "09_next")
-    (tmp_path / "course" / "09_next" / "08_modern_pytorch.ipynb").rename(tmp_path / "course" / "09_next" / "09_next.ipynb")
+    shutil.copytree(tmp_path / "course" / "09_production_pytorch", tmp_path / "course" / "10_next")
+    (tmp_path / "course" / "10_next" / "09_production_pytorch.ipynb").rename(tmp_path / "course" / "10_next" / "10_next.ipynb")
     assert update_readme_links(course)
     readme = (tmp_path / "README.md").read_text()
-    assert colab_url(student_repository(course), "course/09_next/09_next.ipynb") in readme
+    assert colab_url(student_repository(course), "course/10_next/10_next.ipynb") in readme
     assert readme.count("[Open in Colab]") == (REPO / "README.md").read_text().count("[Open in Colab]") + 1
