@@ -87,12 +87,13 @@ def test_the_distribution_holds_no_solution_and_no_hidden_test(dist):
 def test_the_distribution_is_what_students_need_and_no_instructor_tool(dist):
     assert sorted(p.name for p in (dist / "course").iterdir()) == Course(REPO).assignments()
     for name in ("README.md", "pyproject.toml", "constraints.txt", "environment.yml", "Makefile",
-                 "binder/requirements.txt", "autograder/student/checker.py", "autograder/student/data/reference_cpu.json"):
+                 "binder/requirements.txt", "autograder/student/checker/__init__.py",
+                 "autograder/student/data/reference_cpu.json"):
         assert (dist / name).is_file(), name
     shipped = {p.relative_to(dist / "autograder").as_posix() for p in (dist / "autograder").rglob("*.py")}
-    for tool in ("authoring/validation.py", "authoring/book.py", "authoring/record_timings.py",
+    for tool in ("authoring/validation.py", "authoring/book/__init__.py", "authoring/record_timings.py",
                  "authoring/publish.py", "grading/bench.py", "grading/collect.py", "grading/feedback.py",
-                 "grading/demo/make_demo.py"):
+                 "grading/demo/make_demo.py", "grading/similarity.py", "grading/export.py", "grading/lms.py"):
         assert tool not in shipped
     assert not (dist / "autograder" / "grading" / "demo").exists(), "the demo class holds 01's answers"
     readme = (dist / "README.md").read_text()
