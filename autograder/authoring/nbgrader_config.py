@@ -66,6 +66,3 @@ c.GenerateFeedback.preprocessors = [
     "autograder.grading.feedback.SanitizeStudentHTML",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]
-# And for every other page nbconvert renders with these settings (feedback is tested; the
-# formgrader's own templates are not, so open suspicious submissions there with care).
-c.HTMLExporter.sanitize_html = True

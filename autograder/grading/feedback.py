@@ -30,9 +30,8 @@ class SanitizeStudentHTML(SanitizeHTML):
     Student markdown and outputs are untrusted. SanitizeHTML cleans the HTML tags in a markdown
     cell but not its markdown links, so ``[x](javascript:...)`` would survive. Here a markdown
     cell is rendered first, so its links are ``<a href>`` that bleach keeps only for http, https
-    and mailto, and it becomes a raw HTML cell, shown as it is (math is left to MathJax).
-    Markdown cells that nbgrader grades by hand keep their type (their score box) and get
-    SanitizeHTML's cleaning. (Configured in ``autograder/authoring/nbgrader_config.py``.)
+    and mailto, and the cleaned HTML replaces its source (math is left as text, for MathJax).
+    (Configured in ``autograder/authoring/nbgrader_config.py``.)
     """
 
     enabled = Bool(True).tag(config=True)
@@ -42,11 +41,10 @@ class SanitizeStudentHTML(SanitizeHTML):
     attributes = Any({**ALLOWED_ATTRIBUTES, "*": ["id", "class", "title"], "img": ["src", "alt"]}).tag(config=True)
 
     def preprocess_cell(self, cell, resources, index):
-        if cell.cell_type == "markdown" and not cell.metadata.get("nbgrader", {}).get("grade"):
-            cell.cell_type = "raw"
-            cell.metadata["raw_mimetype"] = cell.metadata["format"] = "text/html"
-            cell.source = self.sanitize_html_tags(markdown2html_mistune(cell.source))
-            cell.pop("attachments", None)
+        if cell.cell_type == "markdown":
+            cleaned = self.sanitize_html_tags(markdown2html_mistune(cell.source))
+            # One HTML block without blank lines: the page's own markdown rendering passes it through as it is.
+            cell.source = "<div>" + re.sub(r"\n\s*\n", "\n", cleaned) + "</div>"
             return cell, resources
         return super().preprocess_cell(cell, resources, index)
 
