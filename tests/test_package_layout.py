@@ -5,10 +5,11 @@ grader; authoring tools never need the grader. Checked on the source (every impo
 including those inside functions), so an import added anywhere in a module is seen.
 """
 
-import ast
 from pathlib import Path
 
 import pytest
+
+from autograder.authoring.publish import imported_modules  # the reader publish uses to ship modules
 
 PACKAGE = Path(__file__).resolve().parent.parent / "autograder"
 # What each wing may import from the package (besides itself).
@@ -17,17 +18,6 @@ ALLOWED = {
     "authoring": {"student"},
     "grading": {"student", "authoring"},
 }
-
-
-def imported_modules(path: Path) -> set[str]:
-    """Every ``autograder...`` module named by an import statement in ``path``."""
-    names = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            names |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
-    return {name for name in names if name == "autograder" or name.startswith("autograder.")}
 
 
 def wing_of(module: str) -> str | None:

@@ -60,15 +60,15 @@ def _shipped_modules(package: Path) -> list[Path]:
         for parent in path.relative_to(package).parents:
             todo.append(package / parent / "__init__.py")
         if path.relative_to(package).as_posix() in NOT_FOLLOWED:
-            names = _imported(path, module_level_only=True)
+            names = imported_modules(path, module_level_only=True)
         else:
-            names = _imported(path)
+            names = imported_modules(path)
         for name in names:
             todo += files_of(name)
     return sorted(shipped)
 
 
-def _imported(path: Path, module_level_only: bool = False) -> set[str]:
+def imported_modules(path: Path, module_level_only: bool = False) -> set[str]:
     """``autograder`` modules (and ``from autograder.x import y`` candidates) imported by ``path``."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     nodes = tree.body if module_level_only else ast.walk(tree)

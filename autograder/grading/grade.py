@@ -27,7 +27,6 @@ import json
 import os
 import shutil
 import sys
-import time
 import warnings
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from contextlib import contextmanager
@@ -47,6 +46,7 @@ from autograder.authoring.course import Course, CourseError
 from autograder.grading import deadlines, sandbox
 from autograder.grading.executor import Execution, Limits, SandboxRefused, confine, execute, warm_up
 from autograder.grading.fingerprint import graded_with, submission_digest, why_regrade
+from autograder.grading.progress import GradingProgress
 from autograder.grading.restore import RestoreTests
 from autograder.grading.speed import nbgrader_speedups, sync_assignment
 
@@ -116,7 +116,7 @@ def grade(course: Course, assignment: str, jobs: int | None = None, limits: Limi
         grader = _Grader(course, assignment, limits)
         students = grader.submitted_students()
         rows: dict[str, Row] = {}
-        bar = _Progress(len(students), progress)
+        bar = GradingProgress(len(students), progress)
         tasks = _prepared_tasks(grader, students, force, rows, bar, warm=not scheduler)
         for task, execution in _run(tasks, jobs, scheduler):
             row = grader.finish_task(task, execution)
@@ -131,7 +131,7 @@ def grade(course: Course, assignment: str, jobs: int | None = None, limits: Limi
         return result
 
 
-def _prepared_tasks(grader: "_Grader", students: list[str], force: bool, rows: dict[str, Row], bar: "_Progress",
+def _prepared_tasks(grader: "_Grader", students: list[str], force: bool, rows: dict[str, Row], bar: "GradingProgress",
                     warm: bool = True):
     """Yield each student's tasks, preparing a student only when a worker is free for it.
 
@@ -503,35 +503,3 @@ def write_grades_csv(course: Course, assignment: str, rows: list[Row]) -> Path:
                              "late": r.late, "penalty": f"{r.penalty:g}" if r.penalty else ""})
     temporary.replace(path)
     return path
-
-
-class _Progress:
-    """The grading progress bar (tqdm: count, rate and time left) on stderr.
-
-    On a terminal it redraws one line; otherwise (a log) it prints a line per student, with the
-    same count, elapsed time and time left.
-    """
-
-    def __init__(self, total: int, stream=None) -> None:
-        from tqdm import tqdm
-
-        self.stream = stream if stream is not None else sys.stderr
-        self.tty = getattr(self.stream, "isatty", lambda: False)()
-        self.total, self.done, self.started = total, 0, time.monotonic()
-        self.bar = tqdm(total=total, desc="grading", unit="student", file=self.stream, dynamic_ncols=True,
-                        disable=not (self.tty and total))
-
-    def advance(self, n: int, label: str = "") -> None:
-        from tqdm import tqdm
-
-        self.done += n
-        if self.tty:
-            self.bar.set_postfix_str(label, refresh=False)
-            self.bar.update(n)
-        elif n and label and self.total:
-            self.stream.write(tqdm.format_meter(self.done, self.total, time.monotonic() - self.started,
-                                                prefix="grading", unit="student", postfix=label) + "\n")
-            self.stream.flush()
-
-    def close(self) -> None:
-        self.bar.close()

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import io
 
-from autograder.grading.grade import _Progress
+from autograder.grading.progress import GradingProgress
 from autograder.grading.progress import progress
 
 
 def test_grading_progress_in_a_log_prints_count_and_time_left():
     out = io.StringIO()
-    bar = _Progress(4, out)
+    bar = GradingProgress(4, out)
     bar.advance(1)          # resumed students: counted, not printed
     bar.advance(1, "ada")
     bar.advance(1, "ben")
