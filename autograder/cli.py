@@ -103,12 +103,10 @@ def _grade(args, course: Course) -> int:
     if not rows:
         raise CourseError(f"no submissions of {args.assignment} in {course.grading / 'submitted'}: "
                           f"run `python -m autograder collect {args.assignment} SOURCE` first")
-    width = max(len("student"), *(len(r.student_id) for r in rows))
-    print(f"{'student':<{width}}  {'score':>11}  status")
-    for r in rows:
-        note = f" ({r.detail})" if r.detail else ""
-        late = f"; late {r.late}" + (f", -{r.penalty:g} points" if r.penalty else "") if r.late else ""
-        print(f"{r.student_id:<{width}}  {r.score:>5g} / {r.max_score:<3g}  {r.status}{note}{late}")
+    from autograder.grading.terminal import print_table
+
+    print_table(["student", "score", "status"],
+                ([r.student_id, f"{r.score:g} / {r.max_score:g}", _grade_status(r)] for r in rows), right=["score"])
     counts = {}
     for r in rows:
         counts[r.status] = counts.get(r.status, 0) + 1
@@ -126,6 +124,13 @@ def _grade(args, course: Course) -> int:
         print(f"{reused} already graded and unchanged (tests, grader and submission): not graded again "
               "(--force grades them again)", file=sys.stderr)
     return 0
+
+
+def _grade_status(row) -> str:
+    """A row's status as the grade table shows it: what happened, and how late (with the penalty)."""
+    note = f" ({row.detail})" if row.detail else ""
+    late = f"; late {row.late}" + (f", -{row.penalty:g} points" if row.penalty else "") if row.late else ""
+    return f"{row.status}{note}{late}"
 
 
 def _deadline(args, course: Course) -> int:
@@ -184,9 +189,12 @@ def _similarity(args, course: Course) -> int:
     out = args.out or course.grading / "reports" / args.assignment / "similarity.html"
     result = similarity(course, args.assignment, out, threshold=args.threshold, top=args.top,
                         ignore_solution=not args.keep_solution)
-    for i, p in enumerate(result.pairs, 1):
-        print(f"{i:>3}. {p.first} & {p.second}: {100 * p.similarity[0]:.0f}% / {100 * p.similarity[1]:.0f}% "
-              f"of their answer code shared ({p.shared_tokens} tokens)")
+    from autograder.grading.terminal import print_table
+
+    if result.pairs:
+        print_table(["rank", "students", "shared answer code", "tokens"],
+                    ([i, f"{p.first} & {p.second}", f"{100 * p.similarity[0]:.0f}% / {100 * p.similarity[1]:.0f}%",
+                      p.shared_tokens] for i, p in enumerate(result.pairs, 1)), right=["rank", "tokens"])
     for student, why in result.skipped.items():
         print(f"not compared: {student}: {why}")
     print(f"{len(result.students)} submissions, {len(result.pairs)} similar pairs flagged (no grade changed); "

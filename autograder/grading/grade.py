@@ -46,7 +46,7 @@ from autograder.authoring.course import Course, CourseError
 from autograder.grading import deadlines, sandbox
 from autograder.grading.executor import Execution, Limits, SandboxRefused, confine, execute, warm_up
 from autograder.grading.fingerprint import graded_with, submission_digest, why_regrade
-from autograder.grading.progress import GradingProgress
+from autograder.grading.terminal import GradingProgress
 from autograder.grading.restore import RestoreTests
 from autograder.grading.speed import nbgrader_speedups, sync_assignment
 

@@ -21,7 +21,7 @@ from copydetect.utils import highlight_overlap
 
 from autograder.authoring.course import Course, CourseError
 from autograder.grading.grade import InvalidNotebook, read_submission
-from autograder.grading.progress import progress
+from autograder.grading.terminal import progress
 
 NOISE_TOKENS = 25   # shorter shared runs are ignored (copydetect's noise threshold)
 WINDOW = 1          # winnowing window: 1 keeps every fingerprint, for short answers

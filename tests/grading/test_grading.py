@@ -118,7 +118,7 @@ def test_demo_report_has_figures_and_worst_exercise_first(demo):
 def test_demo_flags_the_copied_pair_and_exports_for_canvas(demo):
     course, run = demo
     page = (course.grading / "reports" / ASSIGNMENT / "similarity.html").read_text(encoding="utf-8")
-    flagged = re.findall(r"^\s*\d+\. (\S+) & (\S+): .* shared", run.stdout, re.MULTILINE)
+    flagged = re.findall(r"^\s*\d+\s+(\S+) & (\S+)\s+\d+% / \d+%\s+\d+\s*$", run.stdout, re.MULTILINE)  # rank, pair, %, tokens
     assert flagged == [tuple(pair) for pair in EXPECTED["similar_pairs"]], run.stdout
     assert "<mark>" in page and "no grade was changed" in page
     with open(course.grading / "exports" / ASSIGNMENT / "canvas.csv", newline="") as f:
