@@ -215,8 +215,10 @@ def _feedback(args, course: Course) -> int:
 def _report(args, course: Course) -> int:
     from autograder.grading.report import report
 
+    from autograder.grading.terminal import print_markdown
+
     result = report(course, args.assignment, args.out or course.grading / "reports" / args.assignment)
-    print(result.summary.read_text(encoding="utf-8").rstrip())
+    print_markdown(result.summary.read_text(encoding="utf-8").rstrip())
     for path in (result.summary, result.histogram, result.pass_rates):
         print(f"wrote {path}")
     return 0

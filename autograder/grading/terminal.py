@@ -14,6 +14,7 @@ from typing import Iterable, Sequence, TypeVar
 
 from rich import box
 from rich.console import Console
+from rich.markdown import Markdown
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
                            TimeRemainingColumn, track)
 from rich.table import Table
@@ -51,6 +52,16 @@ def print_table(columns: Sequence[str], rows: Iterable[Sequence[object]], stream
         out.print(table, markup=False, crop=False)
     stream.write("".join(line.rstrip() + "\n" for line in drawn.get().splitlines()))  # no padding at line ends
     stream.flush()
+
+
+def print_markdown(text: str, stream=None) -> None:
+    """Markdown (the class report's summary): drawn by rich on a terminal, its own text in a log."""
+    stream = stream if stream is not None else sys.stdout
+    if _is_terminal(stream):
+        console(stream).print(Markdown(text))
+    else:
+        stream.write(text + "\n")
+        stream.flush()
 
 
 def progress(items: Iterable[T], description: str, total: int | None = None) -> Iterable[T]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 import re
 
-from autograder.grading.terminal import GradingProgress, print_table, progress
+from autograder.grading.terminal import GradingProgress, print_markdown, print_table, progress
 
 
 class Terminal(io.StringIO):
@@ -54,3 +54,13 @@ def test_a_table_in_a_log_is_plain_text_one_row_a_line_never_cut():
     assert re.fullmatch(r"ada\s+11 / 11\s+graded", lines[2]), lines
     assert lines[3].startswith(long_name) and lines[3].endswith("graded; late 4 h 30 min, -3.3 points")
     assert len(lines) == 4  # header, rule, two rows
+
+
+def test_the_report_summary_is_drawn_as_a_table_on_a_terminal_and_kept_as_markdown_in_a_log():
+    summary = "# 01: class report\n\n| exercise | pass rate |\n|---|---|\n| test_cube | 75% |"
+    log, terminal = io.StringIO(), Terminal()
+    print_markdown(summary, log)
+    print_markdown(summary, terminal)
+    assert log.getvalue() == summary + "\n"
+    drawn = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", terminal.getvalue())
+    assert "|---|" not in drawn and re.search(r"test_cube\s+│\s+75%", drawn), drawn
