@@ -54,7 +54,7 @@ def _publish(args, course: Course) -> int:
     from autograder.authoring.publish import publish
 
     out = args.out or course.root / "dist" / ("self-study-edition" if args.self_study else "student-edition")
-    written = publish(course, out, self_study=args.self_study)
+    written = publish(course, out, self_study=args.self_study, repository=args.repository)
     files = sum(1 for p in written.rglob("*") if p.is_file())
     label = "self-study edition (WITH the solutions)" if args.self_study else "student distribution (no solutions)"
     print(f"wrote the {label}: {written} ({files} files) and {written}.zip")
@@ -295,6 +295,10 @@ def build_parser() -> argparse.ArgumentParser:
                                             "files and binder/, as a folder and a zip (default "
                                             "dist/student-edition). No solution or hidden test is in it.")
         p.add_argument("--out", type=Path, default=None, metavar="DIR", help="folder to write (replaced)")
+        p.add_argument("--repository", metavar="URL", default=None,
+                       help="the GitHub repository the edition will be pushed to (https://github.com/OWNER/NAME): "
+                            "its notebooks install the library from there on Colab and its README links there "
+                            "(default: student-repository in pyproject.toml, or $AUTOGRADER_STUDENT_REPOSITORY)")
         p.add_argument("--self-study", action="store_true",
                        help="write the self-study edition instead: the same plus solutions/, labelled as such")
         p.set_defaults(run=_publish)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from autograder.authoring.colab import REPOSITORY_VARIABLE
 from autograder.authoring.course import Course
 from autograder.grading.demo import make_demo
 
@@ -39,6 +40,9 @@ class BuiltBook:
     executed: list[str]  # notebooks the build ran
 
 
+CLASS_REPOSITORY = "https://github.com/example-class/autograd-2027"  # a students' repository, as an instructor names it
+
+
 @pytest.fixture(scope="session")
 def built_book(tmp_path_factory) -> BuiltBook:
     """Every chapter built with ``python -m autograder book``'s code, once per session (it runs every notebook)."""
@@ -48,7 +52,9 @@ def built_book(tmp_path_factory) -> BuiltBook:
     for folder in ("solutions", "course"):
         shutil.copytree(REPO / folder, root / "course" / folder)
     course = Course(root / "course")
-    built = build(course, root / "book", work=root / "work")
+    with pytest.MonkeyPatch.context() as patch:  # the students' repository the Colab and Binder links open
+        patch.setenv(REPOSITORY_VARIABLE, CLASS_REPOSITORY)
+        built = build(course, root / "book", work=root / "work")
     return BuiltBook(course, root / "book", root / "work", built.executed)
 
 

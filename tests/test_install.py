@@ -17,7 +17,7 @@ import pytest
 
 from autograder.authoring.course import Course
 from autograder.authoring.publish import publish
-from conftest import REPO, filled_release, solution_answers
+from conftest import CLASS_REPOSITORY, REPO, filled_release, solution_answers
 
 NOTEBOOKS = ("01_first_function", "07_gpu_timing")
 
@@ -30,7 +30,7 @@ def _run(command: list, **kwargs) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow
 def test_the_wheel_runs_notebooks_01_and_07_in_a_fresh_environment_outside_the_repository(tmp_path):
-    dist = publish(Course(REPO), tmp_path / "student-edition", archive=False)
+    dist = publish(Course(REPO), tmp_path / "student-edition", archive=False, repository=CLASS_REPOSITORY)
     wheels = tmp_path / "wheels"
     _run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", wheels, dist])
     [wheel] = wheels.glob("*.whl")

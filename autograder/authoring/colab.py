@@ -8,14 +8,19 @@ Colab: in the course's own environment (``make lab``, Binder, JupyterHub, the gr
 library is already installed and ``google.colab`` does not exist.
 
 The library is installed from the student distribution's repository (``python -m autograder
-publish`` writes it; never the instructor's repository, which holds the solutions), named once,
-in ``pyproject.toml``'s ``[tool.custom-autograd-course] student-repository``.
+publish`` writes it; never the instructor's repository, which holds the solutions). It is one
+setting, used by the setup cell, the README's links, the students' edition and the book:
+``$AUTOGRADER_STUDENT_REPOSITORY`` if set, else ``pyproject.toml``'s
+``[tool.custom-autograd-course] student-repository``. Until it names a real repository (it ships
+with the placeholder ``YOUR-ORG``), no link is written and the setup cell says what to do instead
+of installing from nowhere; ``publish`` refuses to write an edition (or takes ``--repository``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import tomllib
@@ -28,18 +33,46 @@ from autograder.authoring.course import Course, CourseError
 CELL_ID = "colab-setup"
 LINKS_BEGIN, LINKS_END = "<!-- notebook links: python -m autograder.authoring.colab -->", "<!-- end of notebook links -->"
 DISTRIBUTION = "custom-autograd-course"
+REPOSITORY_VARIABLE = "AUTOGRADER_STUDENT_REPOSITORY"
+PLACEHOLDER = "YOUR-ORG"  # in the shipped setting: no repository named yet
+UNSET = (f"no students' repository is named yet: put its URL in pyproject.toml ([tool.{DISTRIBUTION}] "
+         f"student-repository) or in ${REPOSITORY_VARIABLE}, then run `python -m autograder.authoring.colab` "
+         "and `make release` (README: Instructors, From clone to class)")
 
 
-def student_repository(course: Course) -> str:
-    """The public repository of the student distribution, from pyproject.toml."""
-    pyproject = tomllib.loads((course.root / "pyproject.toml").read_text())
-    try:
-        return pyproject["tool"][DISTRIBUTION]["student-repository"]
-    except KeyError:
-        raise CourseError(f"pyproject.toml has no [tool.{DISTRIBUTION}] student-repository") from None
+def student_repository(course: Course, required: bool = False) -> str | None:
+    """The public repository of the student distribution: $AUTOGRADER_STUDENT_REPOSITORY, else pyproject.toml.
+
+    None while it is the placeholder; with ``required``, a CourseError that says what to set.
+    """
+    url = os.environ.get(REPOSITORY_VARIABLE)
+    settings = course.root / "pyproject.toml"
+    if not url and settings.is_file():
+        url = tomllib.loads(settings.read_text()).get("tool", {}).get(DISTRIBUTION, {}).get("student-repository", "")
+    return checked_repository(url or "", required)
 
 
-def setup_source(repository: str) -> str:
+def checked_repository(url: str, required: bool = True) -> str | None:
+    """``url`` as a GitHub repository's address (no trailing / or .git); None (or an error) if a placeholder."""
+    url = url.strip().rstrip("/").removesuffix(".git")
+    if not url or PLACEHOLDER in url:
+        if required:
+            raise CourseError(UNSET)
+        return None
+    if not re.fullmatch(r"https://github\.com/[\w.-]+/[\w.-]+", url):
+        raise CourseError(f"the students' repository must be a GitHub repository's address "
+                          f"(https://github.com/OWNER/NAME) for Colab and Binder to open it, not {url!r}")
+    return url
+
+
+def setup_source(repository: str | None) -> str:
+    """The setup cell: installs the library from ``repository`` on Colab (None: says where to get it)."""
+    if repository is None:
+        install = ('    print("On Colab, install the course\'s library first: %pip install '
+                   f'\\"{DISTRIBUTION} @ git+https://github.com/OWNER/NAME\\" with the students\' repository '
+                   'your course names.")')
+    else:
+        install = f'    %pip install --quiet "{DISTRIBUTION} @ git+{repository}"'
     return (
         "# Setup: on Google Colab this installs the course's library; anywhere else it does nothing.\n"
         "try:\n"
@@ -47,7 +80,7 @@ def setup_source(repository: str) -> str:
         "except ImportError:\n"
         "    pass\n"
         "else:\n"
-        f'    %pip install --quiet "{DISTRIBUTION} @ git+{repository}"'
+        + install
     )
 
 
@@ -65,27 +98,35 @@ def binder_url(repository: str, path: str = "course", branch: str = "main") -> s
     return f"https://mybinder.org/v2/gh/{_github_path(repository)}/{branch}?urlpath=lab/tree/{path}"
 
 
-def links_table(course: Course) -> str:
+def links_table(course: Course, repository: str) -> str:
     """The rows of a Markdown table: each student notebook with its Colab and Binder links."""
-    repository = student_repository(course)
     notebooks = sorted(p.relative_to(course.root).as_posix() for p in course.release.glob("*/*.ipynb"))
     return "\n".join(f"| `{Path(n).stem}` | [Open in Colab]({colab_url(repository, n)}) "
                      f"| [Launch Binder]({binder_url(repository, n)}) |" for n in notebooks)
 
 
+def readme_links(course: Course) -> str:
+    """What the README shows between its two markers: the links table, or why there is none yet."""
+    repository = student_repository(course)
+    if repository is None:
+        return ("Colab and Binder links to each notebook appear here once the course names the students' "
+                "repository (`student-repository` in `pyproject.toml`: see [From clone to class](#from-clone-to-class)).")
+    return "| Assignment | Google Colab | Binder |\n|---|---|---|\n" + links_table(course, repository)
+
+
 def update_readme_links(course: Course) -> bool:
-    """Rewrite the links table of the README between its two markers; True if it changed."""
+    """Rewrite what the README holds between its two markers; True if it changed."""
     readme = course.root / "README.md"
     text = readme.read_text(encoding="utf-8")
-    pattern = re.compile(f"({re.escape(LINKS_BEGIN)}\n\\| Assignment[^\n]*\n\\|[-|]*\\|\n).*?(\n{re.escape(LINKS_END)})", re.S)
-    new = pattern.sub(lambda m: m[1] + links_table(course) + m[2], text)
+    pattern = re.compile(f"({re.escape(LINKS_BEGIN)}\n).*?(\n{re.escape(LINKS_END)})", re.S)
+    new = pattern.sub(lambda m: m[1] + readme_links(course) + m[2], text)
     if new == text:
         return False
     readme.write_text(new, encoding="utf-8")
     return True
 
 
-def add_setup_cell(path: Path, repository: str) -> bool:
+def add_setup_cell(path: Path, repository: str | None) -> bool:
     """Make ``path`` start with the setup cell; True if the file changed.
 
     The notebook's JSON is edited as it is written (key order, indent=1), so the change is the

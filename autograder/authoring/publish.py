@@ -21,7 +21,7 @@ import shutil
 import string
 from pathlib import Path
 
-from autograder.authoring.colab import binder_url, links_table, student_repository
+from autograder.authoring.colab import add_setup_cell, binder_url, checked_repository, links_table, student_repository
 from autograder.authoring.course import Course, CourseError
 
 TEMPLATES = Path(__file__).resolve().parent / "student_edition"
@@ -81,13 +81,18 @@ def imported_modules(path: Path, module_level_only: bool = False) -> set[str]:
     return {name for name in names if name == "autograder" or name.startswith("autograder.")}
 
 
-def publish(course: Course, out: Path, self_study: bool = False, archive: bool = True) -> Path:
+def publish(course: Course, out: Path, self_study: bool = False, archive: bool = True,
+            repository: str | None = None) -> Path:
     """Write the student distribution (or the self-study edition) of ``course`` into ``out``.
 
     ``out`` is replaced. Returns ``out``; with ``archive``, ``out.zip`` is written beside it.
+    ``repository`` is where the edition will be published (default: the course's setting, which
+    must then name one): its notebooks install the library from there on Colab, and its README
+    links there.
     """
     if not course.has_solutions or not course.release.is_dir():
         raise CourseError(f"publish needs the instructor's course (solutions/ and course/) at {course.root}")
+    repository = checked_repository(repository) if repository else student_repository(course, required=True)
     out = Path(out).resolve()
     package = Path(__file__).resolve().parents[1]
     if out == course.root or out in course.root.parents or out in (course.release, course.solutions, package):
@@ -96,6 +101,8 @@ def publish(course: Course, out: Path, self_study: bool = False, archive: bool =
     out.mkdir(parents=True)
 
     shutil.copytree(course.release, out / "course", ignore=_junk)
+    for notebook in sorted((out / "course").glob("*/*.ipynb")):
+        add_setup_cell(notebook, repository)  # installs from where this edition is published
     if self_study:
         shutil.copytree(course.solutions, out / "solutions", ignore=_junk)
     for module in _shipped_modules(package):
@@ -111,7 +118,7 @@ def publish(course: Course, out: Path, self_study: bool = False, archive: bool =
         shutil.copytree(course.root / "binder", out / "binder", ignore=_junk)
     (out / "environment.yml").write_text(_student_environment(course), encoding="utf-8")
     (out / "Makefile").write_text((TEMPLATES / "Makefile").read_text(encoding="utf-8"), encoding="utf-8")
-    (out / "README.md").write_text(_readme(course, self_study), encoding="utf-8")
+    (out / "README.md").write_text(_readme(course, self_study, repository), encoding="utf-8")
     if archive:
         shutil.make_archive(str(out), "zip", root_dir=out.parent, base_dir=out.name)
     return out
@@ -144,9 +151,8 @@ def _name(requirement: str) -> str:
     return re.split(r"[<>=!~;\[ ]", requirement, maxsplit=1)[0].lower().replace("_", "-")
 
 
-def _readme(course: Course, self_study: bool) -> str:
-    repository = student_repository(course)
+def _readme(course: Course, self_study: bool, repository: str) -> str:
     edition = (TEMPLATES / "SELF_STUDY.md").read_text(encoding="utf-8") if self_study else ""
     template = string.Template((TEMPLATES / "README.md").read_text(encoding="utf-8"))
-    return template.substitute(repository=repository, notebook_links=links_table(course), edition=edition,
+    return template.substitute(repository=repository, notebook_links=links_table(course, repository), edition=edition,
                                binder=binder_url(repository, "course"))

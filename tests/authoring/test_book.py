@@ -19,9 +19,10 @@ from urllib.parse import unquote, urlsplit
 import pytest
 
 from autograder.authoring import book as book_module
-from autograder.authoring.book import REPOSITORY_VARIABLE, build, repository
+from autograder.authoring.book import build
+from autograder.authoring.colab import REPOSITORY_VARIABLE, binder_url, colab_url
 from autograder.authoring.course import Course, CourseError
-from conftest import REPO, read_notebook, source
+from conftest import CLASS_REPOSITORY, REPO, read_notebook, source
 
 pytestmark = pytest.mark.slow
 
@@ -124,16 +125,13 @@ def test_chapters_show_the_answers_folded_and_never_the_hidden_tests(built_book)
 
 def test_each_chapter_offers_its_student_notebook_with_its_data_and_never_a_solution(built_book):
     course = built_book.course
-    url, branch = repository()
     solutions = {path.read_bytes() for path in _solutions(course)}
     for solution in _solutions(course):
         released = course.release / solution.parent.name / solution.name
         page = Page(_page(built_book, solution))
         path = f"course/{solution.parent.name}/{solution.name}"
-        owner_name = url.removeprefix("https://github.com/")
-        assert f"https://colab.research.google.com/github/{owner_name}/blob/{branch}/{path}" in page.links
-        assert any(link.startswith(f"https://mybinder.org/v2/gh/{owner_name}/{branch}?labpath=")
-                   and unquote(link.split("labpath=")[1]) == path for link in page.links)
+        assert colab_url(CLASS_REPOSITORY, path) in page.links  # the students' repository, never solutions/
+        assert binder_url(CLASS_REPOSITORY, path) in page.links
         [notebook] = _downloads(built_book, page, ".ipynb")
         assert notebook.read_bytes() == released.read_bytes()
         [archive] = _downloads(built_book, page, ".zip")
@@ -260,12 +258,13 @@ def test_a_chapter_runs_again_when_its_data_changes(course_copy):
     assert [a for a in before if before[a] != after[a]] == ["01_first_function"]
 
 
-def test_the_repository_for_colab_and_binder_is_one_setting(monkeypatch):
-    monkeypatch.setenv(REPOSITORY_VARIABLE, "https://github.com/someone/fork.git/")
-    assert repository() == ("https://github.com/someone/fork", "main")
-    monkeypatch.delenv(REPOSITORY_VARIABLE)
-    monkeypatch.setattr(book_module, "_origin_on_github", lambda: None)
-    assert repository()[0] == book_module.DEFAULT_REPOSITORY
+def test_without_a_students_repository_a_chapter_offers_the_downloads_only(course):
+    [chapter] = book_module.chapters(course, ["01_first_function"])
+    note = book_module._work_on_it(chapter, None)
+    assert "colab" not in note.lower() and "binder" not in note.lower()
+    assert "Download the notebook" in note and "Download it with its data files" in note
+    assert colab_url(CLASS_REPOSITORY, "course/01_first_function/01_first_function.ipynb") in \
+        book_module._work_on_it(chapter, CLASS_REPOSITORY)
 
 
 def test_a_folder_that_is_not_a_book_is_never_replaced(course, tmp_path):

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from autograder.authoring.colab import REPOSITORY_VARIABLE, binder_url, colab_url, setup_source
 from autograder.authoring.course import Course
 from autograder.authoring.publish import publish
-from conftest import REPO, filled_release, read_notebook, solution_answers, source
+from conftest import CLASS_REPOSITORY, REPO, filled_release, read_notebook, solution_answers, source
 
 ASSIGNMENT = "01_first_function"
 MARKERS = ("BEGIN SOLUTION", "BEGIN HIDDEN TESTS")
@@ -30,7 +31,7 @@ SHARED_WITH_THE_LIBRARY = {
 
 @pytest.fixture(scope="module")
 def dist(tmp_path_factory) -> Path:
-    return publish(Course(REPO), tmp_path_factory.mktemp("published") / "student-edition")
+    return publish(Course(REPO), tmp_path_factory.mktemp("published") / "student-edition", repository=CLASS_REPOSITORY)
 
 
 def _lines(text: str) -> set[str]:
@@ -97,8 +98,10 @@ def test_the_distribution_is_what_students_need_and_no_instructor_tool(dist):
         assert tool not in shipped
     assert not (dist / "autograder" / "grading" / "demo").exists(), "the demo class holds 01's answers"
     readme = (dist / "README.md").read_text()
-    assert "colab.research.google.com/github/" in readme and "mybinder.org/v2/gh/" in readme
-    assert "/blob/main/course/07_gpu_timing/07_gpu_timing.ipynb" in readme and "solutions/" not in readme
+    assert colab_url(CLASS_REPOSITORY, "course/07_gpu_timing/07_gpu_timing.ipynb") in readme
+    assert binder_url(CLASS_REPOSITORY, "course") in readme and "solutions/" not in readme
+    for notebook in (dist / "course").glob("*/*.ipynb"):  # on Colab, each installs the library from there
+        assert source(read_notebook(notebook)["cells"][0]) == setup_source(CLASS_REPOSITORY), notebook
     assert "-e .[jupyter]" in (dist / "environment.yml").read_text()
 
 
@@ -136,3 +139,11 @@ def test_check_in_the_distribution_runs_the_visible_tests(dist, tmp_path):
     assert "The grader runs more" in blank.stdout
     for output in (right.stdout, blank.stdout):
         assert "BEGIN HIDDEN" not in output and "torch.randn(4, 5)" not in output
+
+
+def test_publishing_without_a_students_repository_stops_and_says_what_to_set(tmp_path, monkeypatch):
+    monkeypatch.delenv(REPOSITORY_VARIABLE, raising=False)
+    result = subprocess.run([sys.executable, "-m", "autograder", "publish", "--out", str(tmp_path / "edition")],
+                            cwd=REPO, capture_output=True, text=True)
+    assert result.returncode != 0 and not (tmp_path / "edition").exists()
+    assert "student-repository" in result.stderr and "Traceback" not in result.stderr, result.stderr

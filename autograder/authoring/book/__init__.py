@@ -23,20 +23,17 @@ from __future__ import annotations
 import argparse
 import hashlib
 import io
-import os
-import re
 import shutil
-import subprocess
 import sys
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import quote
 
 import nbformat
 from nbgrader.preprocessors import ClearHiddenTests
 
 import autograder.student
+from autograder.authoring.colab import REPOSITORY_VARIABLE, binder_url, colab_url, student_repository
 from autograder.authoring.course import Course, CourseError
 
 CONF_DIR = Path(__file__).resolve().parent  # conf.py lives beside this file
@@ -45,13 +42,6 @@ OLD_MARKER = ".autograder-book"  # left by the hand-written generator this repla
 SPHINX_MARKER = ".buildinfo"  # Sphinx writes it into every HTML output folder
 SOLUTION_MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
 STUDENT = "student"  # where the student notebooks and their zips are staged (not pages: excluded in conf.py)
-
-# The one setting for the Colab and Binder links: the GitHub repository that holds course/, and
-# its branch. $AUTOGRADER_BOOK_REPOSITORY wins; else the `origin` remote when it is on GitHub;
-# else this default.
-REPOSITORY_VARIABLE, BRANCH_VARIABLE = "AUTOGRADER_BOOK_REPOSITORY", "AUTOGRADER_BOOK_BRANCH"
-DEFAULT_REPOSITORY = "https://github.com/custom-autograd-course/custom-autograd-functions"
-DEFAULT_BRANCH = "main"
 
 # The book's kernels run this first (a removed cell): every figure's PNG carries its titles in its
 # "Title" text chunk, for conf.py to put in the alt text. Importing backend_inline first makes it
@@ -110,12 +100,6 @@ def chapters(course: Course, assignments: list[str] | None = None) -> list[Chapt
     return found
 
 
-def repository() -> tuple[str, str]:
-    """(GitHub URL, branch) the Colab and Binder links point at (see REPOSITORY_VARIABLE)."""
-    url = os.environ.get(REPOSITORY_VARIABLE) or _origin_on_github() or DEFAULT_REPOSITORY
-    return url.rstrip("/").removesuffix(".git"), os.environ.get(BRANCH_VARIABLE) or DEFAULT_BRANCH
-
-
 def build(course: Course, output: Path, assignments: list[str] | None = None,
           work: Path | None = None) -> Built:
     """Build the book into ``output``; ``work`` (default build/book/) keeps the sources, doctrees and cache."""
@@ -132,7 +116,7 @@ def build(course: Course, output: Path, assignments: list[str] | None = None,
     if not book:
         raise CourseError(f"no solution notebooks in {course.solutions}: nothing to put in the book")
     source = work / "source"
-    _stage(book, source)
+    _stage(book, source, student_repository(course))
     cache = work / "jupyter_cache"
     before = {record.pk for record in get_cache(str(cache)).list_cache_records()}
     try:
@@ -160,13 +144,15 @@ def _prepare_output(output: Path) -> None:
         raise CourseError(f"{output} is not empty and is not a book built by this command: choose another --output")
 
 
-def _stage(book: list[Chapter], source: Path) -> None:
-    """Write Sphinx's sources: index, chapters (with the data they read) and student downloads."""
+def _stage(book: list[Chapter], source: Path, repository: str | None) -> None:
+    """Write Sphinx's sources: index, chapters (with the data they read) and student downloads.
+
+    ``repository``: the students' repository for the Colab and Binder links (None: downloads only).
+    """
     wanted: dict[Path, bytes] = {source / "index.md": _index(book).encode()}
-    url, branch = repository()
     for chapter in book:
         folder = chapter.solution.parent
-        wanted[source / f"{chapter.page}.ipynb"] = _chapter_notebook(chapter, url, branch).encode()
+        wanted[source / f"{chapter.page}.ipynb"] = _chapter_notebook(chapter, repository).encode()
         for data in _data_files(folder):  # read by the notebook when it runs (cwd is its folder)
             wanted[source / chapter.assignment / data.relative_to(folder)] = data.read_bytes()
         if chapter.student is not None:
@@ -201,7 +187,7 @@ def _zip(folder: Path, data: list[Path]) -> bytes:
     return buffer.getvalue()
 
 
-def _chapter_notebook(chapter: Chapter, url: str, branch: str) -> str:
+def _chapter_notebook(chapter: Chapter, repository: str | None) -> str:
     """The solution notebook as a chapter: no hidden tests, answers folded, links to work on it."""
     notebook = nbformat.read(chapter.solution, as_version=4)
     notebook, _ = ClearHiddenTests().preprocess(notebook, {})
@@ -218,7 +204,7 @@ def _chapter_notebook(chapter: Chapter, url: str, branch: str) -> str:
     if first is not None:
         lines = first.source.splitlines()
         heading = next((i for i, line in enumerate(lines) if line.startswith("#")), -1)
-        lines.insert(heading + 1, "\n" + _work_on_it(chapter, url, branch) + "\n")
+        lines.insert(heading + 1, "\n" + _work_on_it(chapter, repository) + "\n")
         first.source = "\n".join(lines)
     setup = nbformat.v4.new_code_cell(f"# outputs depend on: {_inputs_digest(chapter)}\n{FIGURE_TITLES_CELL}",
                                       metadata={"tags": ["remove-cell"]})
@@ -241,16 +227,19 @@ def _inputs_digest(chapter: Chapter) -> str:
     return digest.hexdigest()[:16]
 
 
-def _work_on_it(chapter: Chapter, url: str, branch: str) -> str:
-    """The note at the top of a chapter: this is the model answer; links to the student notebook."""
+def _work_on_it(chapter: Chapter, repository: str | None) -> str:
+    """The note at the top of a chapter: this is the model answer; links to the student notebook.
+
+    Colab and Binder open it from the students' repository (``colab.student_repository``); while
+    the course names none, the chapter offers the downloads only.
+    """
     released = f"course/{chapter.assignment}/{chapter.solution.name}"
     if chapter.student is None:
         links = "Its student notebook is not released yet."
     else:
-        owner_name = url.removeprefix("https://github.com/")
-        colab = f"https://colab.research.google.com/github/{owner_name}/blob/{branch}/{released}"
-        binder = f"https://mybinder.org/v2/gh/{owner_name}/{branch}?labpath={quote(released, safe='')}"
-        links = (f"[Open in Colab]({colab}) · [Launch Binder]({binder}) · "
+        online = (f"[Open in Colab]({colab_url(repository, released)}) · "
+                  f"[Launch Binder]({binder_url(repository, released)}) · " if repository else "")
+        links = (online +
                  f"{{download}}`Download the notebook <../{STUDENT}/{chapter.assignment}/{chapter.solution.name}>` · "
                  f"{{download}}`Download it with its data files (zip) <../{STUDENT}/{chapter.assignment}.zip>`")
     return (":::{admonition} Try it yourself first\n:class: tip\n"
@@ -290,16 +279,6 @@ def _title(notebook: nbformat.NotebookNode, fallback: str) -> str:
     return fallback
 
 
-def _origin_on_github() -> str | None:
-    try:
-        url = subprocess.run(["git", "remote", "get-url", "origin"], capture_output=True, text=True,
-                             cwd=CONF_DIR).stdout.strip()
-    except OSError:
-        return None
-    match = re.fullmatch(r"(?:https://github\.com/|git@github\.com:)([\w.-]+/[\w.-]+?)(?:\.git)?", url)
-    return f"https://github.com/{match.group(1)}" if match else None
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("assignments", nargs="*", metavar="ASSIGNMENT", help="assignment ids (default: all)")
     parser.add_argument("--output", type=Path,
@@ -318,9 +297,8 @@ def run(args: argparse.Namespace, course: Course) -> int:
 
 DESCRIPTION = (f"Build the course as a book with Sphinx and MyST-NB: every solution notebook run (hidden "
                f"tests left out, answers folded), with search, offline math, light/dark mode, and links to "
-               f"each chapter's student notebook. Executions are cached. Colab and Binder links point at "
-               f"${REPOSITORY_VARIABLE} (default: the origin remote on GitHub, else {DEFAULT_REPOSITORY}), "
-               f"branch ${BRANCH_VARIABLE} (default {DEFAULT_BRANCH}).")
+               f"each chapter's student notebook. Executions are cached. Colab and Binder links open the "
+               f"students' repository (student-repository in pyproject.toml, or ${REPOSITORY_VARIABLE}).")
 
 
 def main(argv: list[str] | None = None) -> int:
