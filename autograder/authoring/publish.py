@@ -112,8 +112,10 @@ def publish(course: Course, out: Path, self_study: bool = False, archive: bool =
     for data in (package / "student" / "data").glob("*"):
         (out / "autograder" / "student" / "data").mkdir(parents=True, exist_ok=True)
         shutil.copyfile(data, out / "autograder" / "student" / "data" / data.name)
-    for name in ("pyproject.toml", "constraints.txt"):
-        shutil.copyfile(course.root / name, out / name)
+    shutil.copyfile(course.root / "constraints.txt", out / "constraints.txt")
+    settings = (course.root / "pyproject.toml").read_text(encoding="utf-8")  # the edition names its own home
+    (out / "pyproject.toml").write_text(re.sub(r'(?m)^student-repository = ".*"$', f'student-repository = "{repository}"',
+                                               settings), encoding="utf-8")
     if (course.root / "binder").is_dir():
         shutil.copytree(course.root / "binder", out / "binder", ignore=_junk)
     (out / "environment.yml").write_text(_student_environment(course), encoding="utf-8")

@@ -100,6 +100,7 @@ def test_the_distribution_is_what_students_need_and_no_instructor_tool(dist):
     readme = (dist / "README.md").read_text()
     assert colab_url(CLASS_REPOSITORY, "course/07_gpu_timing/07_gpu_timing.ipynb") in readme
     assert binder_url(CLASS_REPOSITORY, "course") in readme and "solutions/" not in readme
+    assert f'student-repository = "{CLASS_REPOSITORY}"' in (dist / "pyproject.toml").read_text()
     for notebook in (dist / "course").glob("*/*.ipynb"):  # on Colab, each installs the library from there
         assert source(read_notebook(notebook)["cells"][0]) == setup_source(CLASS_REPOSITORY), notebook
     assert "-e .[jupyter]" in (dist / "environment.yml").read_text()
