@@ -30,6 +30,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from torch.utils.benchmark import Timer
 
 FORMAT = 1
 ILLUSTRATIVE_FILE = "illustrative_two_devices.json"
@@ -203,21 +204,21 @@ def sweep(device, sizes, variants, time_with: Callable, warmup: int = 5, repeats
 
 
 def async_demo(device, elements: int, repeats: int = 10) -> dict:
-    """What the clock says right after a launch, and after waiting for the kernel (CUDA only)."""
+    """What the clock says right after a launch, and how long the work takes (CUDA only).
+
+    The launch: the clock read just after the call returns, on an idle GPU. The work:
+    ``torch.utils.benchmark.Timer``, which waits for the GPU before each clock read.
+    """
     x, bias, _ = workload_tensors(elements, device)
-    launch, finished = [], []
-    for _ in range(repeats + 2):
-        torch.cuda.synchronize(device)
+    launch = []
+    for _ in range(repeats):
+        torch.cuda.synchronize(device)  # an empty queue: the launch does not wait for earlier kernels
         start = time.perf_counter()
         F.gelu(x + bias)
-        launched = time.perf_counter()
-        torch.cuda.synchronize(device)
-        done = time.perf_counter()
-        launch.append(launched - start)
-        finished.append(done - start)
+        launch.append(time.perf_counter() - start)
+    work = Timer("F.gelu(x + bias)", globals={"F": F, "x": x, "bias": bias}).blocked_autorange(min_run_time=0.2)
     return {"elements": elements, "statement": "F.gelu(x + bias)",
-            "launch_seconds": statistics.median(launch[2:]),
-            "finished_seconds": statistics.median(finished[2:])}
+            "launch_seconds": statistics.median(launch), "finished_seconds": work.median}
 
 
 SYNC_SNIPPETS = ("x.sum().item()", "x.cpu()", "print(x[:2, :2])", "bool((x > 0).any())",
