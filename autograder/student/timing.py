@@ -6,8 +6,9 @@ tensor sizes, with the student's own timing helper, reads the reference records 
 package (``data/reference_<device>.json``, found through the package so that a notebook downloaded
 on its own, on Colab say, finds them too) and plots both. The records themselves are made by the
 course author's ``python -m autograder.authoring.record_timings``, with these same workloads and
-helpers. This library holds no exercise answer: no custom Function and no timing helper of its
-own (the Functions the recordings time and their timing helper stay with the instructor).
+helpers. This library holds no exercise answer: no custom Function, and no timing helper of its
+own (``sweep`` times with the helper it is given, ``async_demo`` with torch.utils.benchmark.Timer).
+The Functions the recordings time, and their timing helper, stay with the instructor.
 The made-up (model) two-device dataset that the analysis exercise is graded on is
 ``illustrative_dataset()``; it is labelled as a model and never presented as a measurement.
 """
