@@ -4,7 +4,8 @@
   ``release`` (solutions/ -> course/);
 - ``validation``: solutions earn full marks, the blank release none;
 - ``book``: the rendered course for self-study;
-- ``record_timings``: records assignment 07's reference timings.
+- ``record_timings``: records assignment 07's reference timings, of the custom Functions in
+  ``timed_functions`` (exercise answers: the student distribution does not ship them).
 
 Authoring may use the student's library; it never imports the grader.
 """

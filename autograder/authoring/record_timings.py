@@ -2,9 +2,11 @@
 
 The course author runs this (``make benchmark``) on a machine with the device to record, and
 commits the JSON record and its two figures in ``autograder/student/data/`` (package data: the 07
-notebook finds them through the installed package). The workloads, the timing
-helper and the plots it uses are the student's own (``autograder.student.timing``), so a
-reference and a live measurement are made the same way.
+notebook finds them through the installed package). The workloads, the sweep and the plots are
+the student's library's (``autograder.student.timing``), so a reference and a live measurement
+are made the same way. The custom Functions it times (``timed_functions``) and its timing helper
+``median_time`` are exercise answers: they live here, with the instructor, and are not shipped
+to students.
 """
 
 from __future__ import annotations
@@ -16,18 +18,83 @@ import os
 import platform
 import statistics
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from torch.utils.benchmark import Timer
 
-from autograder.student.timing import (COLUMNS, DATA_DIR, COPY, BYTES_MODEL, FORMAT, FUSED, FUSED_EAGER, ILLUSTRATIVE_FILE,
-                                       LARGEST_EXPONENT, VARIANTS, async_demo, available_devices, cold_start,
-                                       cpu_name, device_name, illustrative_dataset, median_time,
-                                       nominal_peak_bandwidth_gbps, saved_bytes, sweep, sync_debug_report,
-                                       timed_call, timer_median, variant, workload_tensors, write_figures)
+from autograder.authoring.timed_functions import FUSED, FUSED_EAGER, VARIANTS
+from autograder.student.timing import (COLUMNS, DATA_DIR, COPY, BYTES_MODEL, FORMAT, ILLUSTRATIVE_FILE,
+                                       LARGEST_EXPONENT, async_demo, available_devices, cpu_name, device_name,
+                                       illustrative_dataset, saved_bytes, sweep, sync_debug_report, timed_call,
+                                       variant, workload_tensors, write_figures)
 
 RECORD_DIR = DATA_DIR  # package data: autograder/student/data/
+
+
+def synchronizer(device) -> Callable[[], None]:
+    """The call that waits until every kernel queued on ``device`` has finished (no-op on the CPU)."""
+    kind = torch.device(device).type
+    if kind == "cuda":
+        return torch.cuda.synchronize
+    if kind == "mps":
+        return torch.mps.synchronize
+    return lambda: None
+
+
+def median_time(fn: Callable[[], object], device="cpu", warmup: int = 5, repeats: int = 20) -> float:
+    """Median seconds of one ``fn()`` call: warm-up calls first, and on a GPU a synchronisation
+    before each clock read, so the time covers the work and not only its launch.
+
+    The method assignment 07 teaches (its exercise ``measure``); the recordings keep using it, so
+    that they time what a student's helper times, and check it against ``timer_median``.
+    """
+    synchronize = synchronizer(device)
+    for _ in range(warmup):
+        fn()
+    synchronize()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        synchronize()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def timer_median(fn: Callable[[], object], min_run_time: float = 1.0) -> float:
+    """Median seconds of one ``fn()`` call by ``torch.utils.benchmark.Timer`` (it synchronises
+    accelerators itself). It uses as many threads as torch does here: Timer's default is one."""
+    timer = Timer(stmt="fn()", globals={"fn": fn}, num_threads=torch.get_num_threads())
+    return timer.blocked_autorange(min_run_time=min_run_time).median
+
+
+def nominal_peak_bandwidth_gbps(device) -> float | None:
+    """A CUDA GPU's memory bandwidth on paper (bus width x memory clock x 2), None elsewhere."""
+    if torch.device(device).type != "cuda":
+        return None
+    props = torch.cuda.get_device_properties(device)
+    width, clock_khz = getattr(props, "memory_bus_width", 0), getattr(props, "memory_clock_rate", 0)
+    return 2 * width / 8 * clock_khz * 1000 / 1e9 if width and clock_khz else None
+
+
+def cold_start(device, elements: int, repeats: int = 10) -> dict:
+    """The first forward+backward on ``device`` in this process against the median of later ones.
+
+    Meaningful only as the first work on the device: it then includes one-off costs (on CUDA,
+    creating the context and loading kernels), which warm-up calls keep out of measurements.
+    """
+    synchronize = synchronizer(device)
+    start = time.perf_counter()
+    x, bias, grad_output = workload_tensors(elements, device)
+    call = timed_call(variant("built-in F.gelu(x + bias)"), x, bias, grad_output, "forward+backward")
+    call()
+    synchronize()
+    first = time.perf_counter() - start
+    return {"elements": elements, "statement": "first F.gelu(x + bias) forward+backward, tensors made on the device",
+            "first_call_seconds": first, "median_seconds": median_time(call, device, warmup=2, repeats=repeats)}
 
 
 def record(device, sizes, also_cpu: bool = True, compile: bool = True, warmup: int = 5,
@@ -45,7 +112,8 @@ def record(device, sizes, also_cpu: bool = True, compile: bool = True, warmup: i
         # The CPU beside a GPU: up to the CPU's default largest size, without the compiled variant.
         own = d == device
         rows += sweep(d, sizes if own else [n for n in sizes if n <= 2 ** LARGEST_EXPONENT["cpu"]],
-                      [v for v in variants if own or not v.compiled], warmup=warmup, repeats=repeats, log=log)
+                      [v for v in variants if own or not v.compiled], time_with=median_time, warmup=warmup,
+                      repeats=repeats, log=log)
     largest = max(sizes)
     fused_name = FUSED if any(v.compiled for v in variants) else FUSED_EAGER
     copy_row = _row(rows, device, COPY, "forward", largest)
@@ -56,7 +124,7 @@ def record(device, sizes, also_cpu: bool = True, compile: bool = True, warmup: i
     # The timing helper against torch.utils.benchmark.Timer, on one large workload, in
     # interleaved rounds so that a busy spell of other programs does not land on one side only.
     x, bias, grad_output = workload_tensors(largest, device)
-    call = timed_call(variant(fused_name), x, bias, grad_output, "forward+backward")
+    call = timed_call(variant(fused_name, VARIANTS), x, bias, grad_output, "forward+backward")
     rounds = []
     for round_ in range(4):  # who goes first alternates, so a drift in speed does not favour one side
         if round_ % 2:

@@ -1,11 +1,14 @@
 """Timing autograd code on the CPU and the GPU: the helpers and workloads assignment 07 imports.
 
 The notebook times forward and forward+backward passes of a few elementwise workloads (a plain
-copy, built-in ops, custom Functions of the course, an unfused composition and a fused
-bias-GELU) over tensor sizes, reads the reference records shipped with this package
-(``data/reference_<device>.json``, found through the package so that a notebook downloaded on
-its own, on Colab say, finds them too) and plots both. The records themselves are made by the course
-author's ``python -m autograder.authoring.record_timings``, with these same workloads and helpers.
+copy, torch's built-in ops, an unfused composition, and the student's own custom Functions) over
+tensor sizes, with the student's own timing helper, reads the reference records shipped with this
+package (``data/reference_<device>.json``, found through the package so that a notebook downloaded
+on its own, on Colab say, finds them too) and plots both. The records themselves are made by the
+course author's ``python -m autograder.authoring.record_timings``, with these same workloads and
+helpers. This library holds no exercise answer: no custom Function, and no timing helper of its
+own (``sweep`` times with the helper it is given, ``async_demo`` with torch.utils.benchmark.Timer).
+The Functions the recordings time, and their timing helper, stay with the instructor.
 The made-up (model) two-device dataset that the analysis exercise is graded on is
 ``illustrative_dataset()``; it is labelled as a model and never presented as a measurement.
 """
@@ -14,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import functools
 import io
 import json
 import math
@@ -43,7 +45,7 @@ PROVENANCE_KEYS = ("device", "device_name", "torch_version", "cuda_version", "da
 
 
 # --------------------------------------------------------------------------------------------
-# Devices and timing
+# Devices
 
 
 def available_devices() -> list[str]:
@@ -54,48 +56,6 @@ def available_devices() -> list[str]:
     if torch.backends.mps.is_available():
         devices.append("mps")
     return devices
-
-
-def synchronizer(device) -> Callable[[], None]:
-    """The call that waits until every kernel queued on ``device`` has finished (no-op on the CPU)."""
-    kind = torch.device(device).type
-    if kind == "cuda":
-        return torch.cuda.synchronize
-    if kind == "mps":
-        return torch.mps.synchronize
-    return lambda: None
-
-
-def median_time(fn: Callable[[], object], device="cpu", warmup: int = 5, repeats: int = 20) -> float:
-    """Median seconds of one ``fn()`` call: warm-up calls first, and on a GPU a synchronisation
-    before each clock read, so the time covers the work and not only its launch."""
-    synchronize = synchronizer(device)
-    for _ in range(warmup):
-        fn()
-    synchronize()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        synchronize()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
-def timer_median(fn: Callable[[], object], min_run_time: float = 1.0) -> float:
-    """Median seconds of one ``fn()`` call by ``torch.utils.benchmark.Timer`` (it synchronises
-    accelerators itself). It uses as many threads as torch does here: Timer's default is one."""
-    timer = Timer(stmt="fn()", globals={"fn": fn}, num_threads=torch.get_num_threads())
-    return timer.blocked_autorange(min_run_time=min_run_time).median
-
-
-def nominal_peak_bandwidth_gbps(device) -> float | None:
-    """A CUDA GPU's memory bandwidth on paper (bus width x memory clock x 2), None elsewhere."""
-    if torch.device(device).type != "cuda":
-        return None
-    props = torch.cuda.get_device_properties(device)
-    width, clock_khz = getattr(props, "memory_bus_width", 0), getattr(props, "memory_clock_rate", 0)
-    return 2 * width / 8 * clock_khz * 1000 / 1e9 if width and clock_khz else None
 
 
 def cpu_name() -> str:
@@ -114,99 +74,16 @@ def cpu_name() -> str:
 
 def device_name(device) -> str:
     """A human name for ``device``: the GPU's name, or the CPU's model name."""
-    kind = torch.device(device).type
-    if kind == "cuda":
+    device = torch.device(device)
+    if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    if kind == "mps":
+    if device.type == "mps":
         return f"Apple GPU (mps) on {cpu_name()}"
     return cpu_name()
 
 
 # --------------------------------------------------------------------------------------------
-# The Functions and workloads that are timed
-
-
-class SiLU(torch.autograd.Function):
-    """x * sigmoid(x), keeping only x and recomputing sigmoid(x) in backward (assignment 02)."""
-
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x * torch.sigmoid(x)
-
-    @staticmethod
-    def backward(ctx, grad_output):
-        (x,) = ctx.saved_tensors
-        s = torch.sigmoid(x)
-        return grad_output * s * (1 + x * (1 - s))
-
-
-def _bias_grad(grad_h: torch.Tensor, bias_shape: torch.Size) -> torch.Tensor:
-    """The bias was broadcast over the leading dimensions: its gradient sums over them.
-
-    ``sum_to_size``, not ``sum(dim=tuple(range(grad_h.dim() - 1)))``: for a 1-D input that tuple
-    is empty, and ``sum(dim=())`` sums over every dimension.
-    """
-    return grad_h.sum_to_size(bias_shape)
-
-
-class BiasGELU(torch.autograd.Function):
-    """gelu(x + bias) in eager torch ops, keeping only the pre-activation h = x + bias.
-
-    Each torch op is still its own kernel: two forward (add, gelu), two backward (torch's GELU
-    derivative, the bias sum). What the Function saves is memory: one tensor instead of three.
-    """
-
-    @staticmethod
-    def forward(ctx, x, bias):
-        h = x + bias
-        ctx.save_for_backward(h)
-        ctx.bias_shape = bias.shape  # a shape, not a tensor: an attribute is fine
-        return F.gelu(h)
-
-    @staticmethod
-    def backward(ctx, grad_output):
-        (h,) = ctx.saved_tensors
-        grad_h = torch.ops.aten.gelu_backward(grad_output, h)
-        return grad_h, _bias_grad(grad_h, ctx.bias_shape)
-
-
-def _fused_forward(x, bias):
-    return F.gelu(x + bias)
-
-
-def _fused_backward(grad_output, x, bias):
-    grad_h = torch.ops.aten.gelu_backward(grad_output, x + bias)
-    return grad_h, _bias_grad(grad_h, bias.shape)
-
-
-@functools.cache
-def compiled_kernels() -> tuple[Callable, Callable]:
-    """(forward, backward) of bias-GELU, each compiled by torch.compile into one fused kernel
-    (Triton on CUDA, C++ on the CPU); compiled once per tensor shape, on first use."""
-    # One static compilation per size of the sweep: more than dynamo's default limit of 8.
-    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
-    return (torch.compile(_fused_forward, dynamic=False, fullgraph=True),
-            torch.compile(_fused_backward, dynamic=False, fullgraph=True))
-
-
-class FusedBiasGELU(torch.autograd.Function):
-    """gelu(x + bias) with one fused kernel each way (torch.compile).
-
-    A fused kernel reads x and bias and writes the output without storing x + bias: it keeps only
-    its inputs for backward and recomputes x + bias there, for free, since an elementwise kernel
-    waits on memory, not on arithmetic.
-    """
-
-    @staticmethod
-    def forward(ctx, x, bias):
-        ctx.save_for_backward(x, bias)
-        return compiled_kernels()[0](x, bias)
-
-    @staticmethod
-    def backward(ctx, grad_output):
-        x, bias = ctx.saved_tensors
-        return compiled_kernels()[1](grad_output, x, bias)
+# The workloads that are timed
 
 
 def gelu_unfused(x, bias):
@@ -217,7 +94,11 @@ def gelu_unfused(x, bias):
 
 @dataclass(frozen=True)
 class Variant:
-    """One way to compute a workload: ``fn(x, bias)`` (copy and SiLU ignore the bias)."""
+    """One way to compute a workload: ``fn(x, bias)`` (copy and SiLU ignore the bias).
+
+    The library's variants are the copy and torch's own ops (VARIANTS); a notebook adds the
+    student's Functions as Variants of its own.
+    """
 
     workload: str
     name: str
@@ -226,25 +107,20 @@ class Variant:
     compiled: bool = False
 
 
+COPY = "copy_ (device to device)"
 VARIANTS = (
-    Variant("copy", "copy_ (device to device)", None, backward=False),
+    Variant("copy", COPY, None, backward=False),
     Variant("silu", "built-in F.silu", lambda x, bias: F.silu(x)),
-    Variant("silu", "custom Function SiLU", lambda x, bias: SiLU.apply(x)),
     Variant("bias_gelu", "built-in F.gelu(x + bias)", lambda x, bias: F.gelu(x + bias)),
     Variant("bias_gelu", "unfused composition", gelu_unfused),
-    Variant("bias_gelu", "fused Function (eager)", BiasGELU.apply),
-    Variant("bias_gelu", "fused Function (compiled)", FusedBiasGELU.apply, compiled=True),
 )
-FUSED = "fused Function (compiled)"
-FUSED_EAGER = "fused Function (eager)"
-COPY = "copy_ (device to device)"
 BYTES_MODEL = ("bytes an ideal implementation must move: each input and output read or written once; "
                "backward reads the output's gradient and the inputs again and writes their gradients")
 
 
-def variant(name: str) -> Variant:
-    """The variant of VARIANTS called ``name``."""
-    return next(v for v in VARIANTS if v.name == name)
+def variant(name: str, variants=VARIANTS) -> Variant:
+    """The variant of ``variants`` called ``name``."""
+    return next(v for v in variants if v.name == name)
 
 
 def workload_tensors(elements: int, device, seed: int = 0):
@@ -304,12 +180,12 @@ def saved_bytes(function: Callable, *args) -> int:
 # The sweep and the record it writes
 
 
-def sweep(device, sizes, variants=VARIANTS, warmup: int = 5, repeats: int = 20,
-          time_with: Callable = median_time, log: Callable[[str], None] = lambda line: None) -> list[dict]:
+def sweep(device, sizes, variants, time_with: Callable, warmup: int = 5, repeats: int = 20,
+          log: Callable[[str], None] = lambda line: None) -> list[dict]:
     """Time every variant, pass and size on ``device``; one row per measurement.
 
-    ``time_with(call, device, warmup, repeats)`` gives the seconds of one call (assignment 07
-    passes the student's own timing helper).
+    ``time_with(call, device, warmup, repeats)`` gives the seconds of one call: assignment 07
+    passes the student's own timing helper (the library has none of its own).
     """
     rows = []
     for elements in sizes:
@@ -328,40 +204,22 @@ def sweep(device, sizes, variants=VARIANTS, warmup: int = 5, repeats: int = 20,
     return rows
 
 
-def cold_start(device, elements: int, repeats: int = 10) -> dict:
-    """The first forward+backward on ``device`` in this process against the median of later ones.
-
-    Meaningful only as the first work on the device: it then includes one-off costs (on CUDA,
-    creating the context and loading kernels), which warm-up calls keep out of measurements.
-    """
-    synchronize = synchronizer(device)
-    start = time.perf_counter()
-    x, bias, grad_output = workload_tensors(elements, device)
-    call = timed_call(variant("built-in F.gelu(x + bias)"), x, bias, grad_output, "forward+backward")
-    call()
-    synchronize()
-    first = time.perf_counter() - start
-    return {"elements": elements, "statement": "first F.gelu(x + bias) forward+backward, tensors made on the device",
-            "first_call_seconds": first, "median_seconds": median_time(call, device, warmup=2, repeats=repeats)}
-
-
 def async_demo(device, elements: int, repeats: int = 10) -> dict:
-    """What the clock says right after a launch, and after waiting for the kernel (GPU only)."""
-    synchronize = synchronizer(device)
+    """What the clock says right after a launch, and how long the work takes (CUDA only).
+
+    The launch: the clock read just after the call returns, on an idle GPU. The work:
+    ``torch.utils.benchmark.Timer``, which waits for the GPU before each clock read.
+    """
     x, bias, _ = workload_tensors(elements, device)
-    launch, finished = [], []
-    for _ in range(repeats + 2):
-        synchronize()
+    launch = []
+    for _ in range(repeats):
+        torch.cuda.synchronize(device)  # an empty queue: the launch does not wait for earlier kernels
         start = time.perf_counter()
         F.gelu(x + bias)
-        launched = time.perf_counter()
-        synchronize()
-        done = time.perf_counter()
-        launch.append(launched - start)
-        finished.append(done - start)
+        launch.append(time.perf_counter() - start)
+    work = Timer("F.gelu(x + bias)", globals={"F": F, "x": x, "bias": bias}).blocked_autorange(min_run_time=0.2)
     return {"elements": elements, "statement": "F.gelu(x + bias)",
-            "launch_seconds": statistics.median(launch[2:]),
-            "finished_seconds": statistics.median(finished[2:])}
+            "launch_seconds": statistics.median(launch), "finished_seconds": work.median}
 
 
 SYNC_SNIPPETS = ("x.sum().item()", "x.cpu()", "print(x[:2, :2])", "bool((x > 0).any())",
@@ -410,10 +268,8 @@ def check_record(data: dict) -> list[str]:
 def load_record(path) -> dict | None:
     """A reference record, or None when the file does not exist; raises if it is malformed."""
     path = Path(path)
-    if not path.exists():
-        return None
-    data = json.loads(path.read_text(encoding="utf-8"))
-    problems = check_record(data) if data.get("kind") == "measurement" else []
+    data = json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+    problems = check_record(data) if data and data.get("kind") == "measurement" else []
     if problems:
         raise ValueError(f"{path}: " + "; ".join(problems))
     return data
@@ -431,11 +287,8 @@ def illustrative_record(folder=DATA_DIR) -> dict:
 
 def reference_gpu_record(folder=DATA_DIR) -> dict | None:
     """The GPU reference record in ``folder`` (CUDA first, then mps), or None if none was made."""
-    for device in ("cuda", "mps"):
-        data = load_record(Path(folder) / f"reference_{device}.json")
-        if data is not None:
-            return data
-    return None
+    records = (load_record(Path(folder) / f"reference_{device}.json") for device in ("cuda", "mps"))
+    return next((data for data in records if data is not None), None)
 
 
 def series(rows: list[dict], device: str, variant: str, pass_: str = "forward+backward"):
@@ -521,13 +374,13 @@ def plot_throughput(ax, rows, devices=None, pass_="forward+backward", label_suff
 
 def _curves(rows, devices, pass_) -> list[tuple[str, str, str]]:
     """(device, variant, pass) of each curve to draw: ``pass_`` for most, forward for copy_."""
-    curves = []
+    keys = []
     for r in rows:
         key = (r["device"], r["variant"], r["pass"])
-        if (devices is None or r["device"] in devices) and key not in curves and (
+        if (devices is None or r["device"] in devices) and key not in keys and (
                 r["pass"] == pass_ or r["workload"] == "copy"):
-            curves.append(key)
-    return curves
+            keys.append(key)
+    return keys
 
 
 def write_figures(data: dict, stem: Path) -> list[Path]:

@@ -3,6 +3,7 @@ it, and `check` works there on a filled-in notebook and on a blank one, with the
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
@@ -19,14 +20,6 @@ from conftest import CLASS_REPOSITORY, REPO, filled_release, read_notebook, solu
 ASSIGNMENT = "01_first_function"
 MARKERS = ("BEGIN SOLUTION", "BEGIN HIDDEN TESTS")
 SHORTEST_SECRET = 10  # shorter lines ("pass", "return x", "]") are not telling
-# Lines of answers that the student's library also holds, as it needs them: autograder/student/
-# timing.py times the reference recordings with median_time() and keeps its own BiasGELU, and those
-# share these generic lines with assignment 07's answers (measure, bias_gelu). Any other solution
-# or hidden-test line found in the distribution fails the test.
-SHARED_WITH_THE_LIBRARY = {
-    "return None", "synchronize()", "curves = []", "for _ in range(warmup):", 'if kind == "cuda":',
-    "kind = torch.device(device).type", "ctx.save_for_backward(h)", "(h,) = ctx.saved_tensors",
-}
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +67,7 @@ def test_the_distribution_holds_no_solution_and_no_hidden_test(dist):
     leaks = {}
     for path in files:
         text = path.read_bytes().decode("utf-8", errors="ignore")
-        found = [m for m in MARKERS if m in text] + sorted((secrets & _file_lines(path)) - SHARED_WITH_THE_LIBRARY)
+        found = [m for m in MARKERS if m in text] + sorted(secrets & _file_lines(path))
         if found:
             leaks[str(path.relative_to(dist))] = found[:5]
     assert not leaks, leaks
@@ -85,6 +78,62 @@ def test_the_distribution_holds_no_solution_and_no_hidden_test(dist):
     assert names == {p.relative_to(dist).as_posix() for p in files}
 
 
+def _answer_names() -> set[str]:
+    """The classes and functions the exercises ask for: every one a solution cell of solutions/ defines."""
+    names = set()
+    for path in (REPO / "solutions").glob("*/*.ipynb"):
+        for cell in read_notebook(path)["cells"]:
+            if cell.get("metadata", {}).get("nbgrader", {}).get("solution"):
+                code = "\n".join(line for line in source(cell).splitlines() if not line.lstrip().startswith(("%", "!")))
+                names |= {node.name for node in ast.parse(code).body
+                          if isinstance(node, (ast.ClassDef, ast.FunctionDef)) and node.name != "_"}
+    return names
+
+
+def _definitions(path: Path) -> tuple[set[str], list[str]]:
+    """(names of the classes and functions ``path`` defines, at any depth; what in it makes a
+    custom autograd Function or a custom op: a class based on ``...Function``, ``custom_op``)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names, makers = set(), []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            names.add(node.name)
+        if isinstance(node, ast.ClassDef) and any(ast.unparse(base).split(".")[-1] == "Function" for base in node.bases):
+            makers.append(f"class {node.name}")
+        if isinstance(node, ast.Attribute) and node.attr in ("custom_op", "register_autograd"):
+            makers.append(ast.unparse(node))
+    return names, makers
+
+
+def test_the_distribution_defines_no_exercise_answer(dist):
+    """No custom Function or custom op at all (every Function exercise's answer is one), and no class or
+    function named as an exercise's answer (measure, crossover_size, numerical_jacobian...), in any
+    module shipped; and none imported into the student's modules when they run."""
+    answers = _answer_names()
+    assert {"Cube", "SiLU", "BiasGELU", "measure", "crossover_size", "numerical_jacobian", "Huber"} <= answers
+    modules = sorted((dist / "autograder").rglob("*.py"))
+    assert len(modules) > 20 and dist / "autograder" / "student" / "timing.py" in modules
+    found = {}
+    for path in modules:
+        names, makers = _definitions(path)
+        named = sorted(n for n in names if n in answers or n.lower() in {a.lower() for a in answers})
+        if named or makers:
+            found[str(path.relative_to(dist))] = named + makers
+    assert not found, found
+    probe = ("import importlib, pkgutil, torch, autograder.student as s\n"
+             "for m in pkgutil.walk_packages(s.__path__, 'autograder.student.'):\n"
+             "    module = importlib.import_module(m.name)\n"
+             "    for name, value in vars(module).items():\n"
+             "        if isinstance(value, type) and issubclass(value, torch.autograd.Function) "
+             "and value is not torch.autograd.Function:\n"
+             "            print(m.name, name)\n"
+             "print('modules', len(list(pkgutil.walk_packages(s.__path__, 'autograder.student.'))))")
+    result = _in_dist(dist, "-c", probe)
+    assert result.returncode == 0, result.stderr
+    shipped = len(list((dist / "autograder" / "student").rglob("*.py"))) - 1  # all but the package's own __init__
+    assert result.stdout.splitlines() == [f"modules {shipped}"], result.stdout
+
+
 def test_the_distribution_is_what_students_need_and_no_instructor_tool(dist):
     assert sorted(p.name for p in (dist / "course").iterdir()) == Course(REPO).assignments()
     for name in ("README.md", "pyproject.toml", "constraints.txt", "environment.yml", "Makefile",
@@ -93,6 +142,7 @@ def test_the_distribution_is_what_students_need_and_no_instructor_tool(dist):
         assert (dist / name).is_file(), name
     shipped = {p.relative_to(dist / "autograder").as_posix() for p in (dist / "autograder").rglob("*.py")}
     for tool in ("authoring/validation.py", "authoring/book/__init__.py", "authoring/record_timings.py",
+                 "authoring/timed_functions.py",
                  "authoring/publish.py", "grading/bench.py", "grading/collect.py", "grading/feedback.py",
                  "grading/demo/make_demo.py", "grading/similarity.py", "grading/export.py", "grading/lms.py"):
         assert tool not in shipped

@@ -1,164 +1,69 @@
-"""The timing sweep behind assignment 07 (``python -m autograder.authoring.record_timings``) and its shipped data.
+"""The student's timing library behind assignment 07 (``autograder.student.timing``) and its shipped data.
 
-CPU tests run the real script on tiny sizes and check what it writes: the provenance the course
-promises (device name, torch and CUDA versions, date), every measurement, the byte counts and
-the figures. The shipped records are checked to be what they say they are: measurements with
-provenance, or the illustrative model exactly as its formula gives it. Tests marked ``gpu`` run
-the sweep on a real CUDA device and check the performance bar (on an H100 only).
+The library times with a helper it is given (the student's own ``measure``) and the student's own
+Functions as ``Variant``s: it has none of its own. The shipped records are checked to be what they
+say they are: measurements with provenance, or the illustrative model exactly as its formula gives it.
 """
 
 from __future__ import annotations
 
-import datetime
 import json
-import subprocess
-import sys
-import time
+import statistics
 
 import pytest
 import torch
-import torch.nn.functional as F
 
-from autograder.authoring import record_timings
 from autograder.student import timing as bench
-from autograder import check_function
-
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
-def _run(tmp_path, *args) -> dict:
-    output = tmp_path / "record.json"
-    assert record_timings.main([*args, "--output", str(output)]) == 0
-    return json.loads(output.read_text())
+class Square(torch.autograd.Function):
+    """A student-made Function (no exercise's): x * x, keeping x."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (x,) = ctx.saved_tensors
+        return 2 * x * grad_output
 
 
-# --------------------------------------------------------------------------------------------
-# The script on the CPU
-
-
-def test_help_describes_the_command_line():
-    result = subprocess.run([sys.executable, "-m", "autograder.authoring.record_timings", "--help"], capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
-    for option in ("--device", "--max-exp", "--repeats", "--output", "--illustrative", "--no-compile"):
-        assert option in result.stdout
-
-
-@pytest.fixture(scope="module")
-def cpu_record(tmp_path_factory):
-    """A real, tiny CPU sweep (sizes 2**8, 2**10, 2**12) written by the command line."""
-    folder = tmp_path_factory.mktemp("cpu")
-    before = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
-    data = _run(folder, "--device", "cpu", "--min-exp", "8", "--max-exp", "12", "--repeats", "3", "--warmup", "1",
-                "--no-compile", "--timer-seconds", "0.05")
-    return data, folder, before
-
-
-def test_cpu_record_has_the_provenance_the_course_promises(cpu_record):
-    data, _, before = cpu_record
-    assert bench.check_record(data) == []
-    assert data["kind"] == "measurement" and data["device"] == "cpu"
-    assert data["device_name"] == bench.cpu_name() and data["device_name"]
-    assert data["torch_version"] == torch.__version__
-    assert data["cuda_version"] == torch.version.cuda
-    recorded = datetime.datetime.fromisoformat(data["date"])
-    assert before <= recorded <= datetime.datetime.now(datetime.timezone.utc)
-    assert "--max-exp 12" in data["command"]
-
-
-def test_cpu_record_measures_every_variant_pass_and_size(cpu_record):
-    data, _, _ = cpu_record
-    measured = {(r["variant"], r["pass"], r["elements"]) for r in data["sweep"]}
-    expected = {(v.name, p, n) for v in bench.VARIANTS if not v.compiled
-                for p in (bench.PASSES if v.backward else bench.PASSES[:1]) for n in (256, 1024, 4096)}
-    assert measured == expected
-    assert all(r["device"] == "cpu" and r["seconds"] > 0 for r in data["sweep"])
-    assert data["fused_variant"] == bench.FUSED_EAGER, "with --no-compile the eager fused Function is the one measured"
-
-
-def test_cpu_record_bandwidths_come_from_its_own_rows(cpu_record):
-    data, _, _ = cpu_record
-    copy = record_timings._row(data["sweep"], "cpu", bench.COPY, "forward", 4096)
-    fused = record_timings._row(data["sweep"], "cpu", bench.FUSED_EAGER, "forward+backward", 4096)
-    assert data["copy_bandwidth_gbps"] == pytest.approx(copy["bytes"] / copy["seconds"] / 1e9)
-    assert data["fused_bandwidth_gbps"] == pytest.approx(fused["bytes"] / fused["seconds"] / 1e9)
-    assert data["fused_fraction_of_copy"] == pytest.approx(data["fused_bandwidth_gbps"] / data["copy_bandwidth_gbps"])
-    agreement = data["timer_agreement"]
-    assert agreement["median_time_seconds"] > 0 and agreement["benchmark_timer_seconds"] > 0
-    assert data["saved_bytes_per_element"] == {"built-in F.gelu(x + bias)": 4.0, "unfused composition": 12.0,
-                                               bench.FUSED_EAGER: 4.0}
-
-
-def test_cpu_record_byte_counts_follow_the_model(cpu_record):
-    data, _, _ = cpu_record
-    n, c = 4096, bench.COLUMNS  # 4 rows of 1024; float32
-    expected = {("copy", "forward"): 2 * 4 * n, ("silu", "forward"): 2 * 4 * n, ("silu", "forward+backward"): 5 * 4 * n,
-                ("bias_gelu", "forward"): 4 * (2 * n + c), ("bias_gelu", "forward+backward"): 4 * (5 * n + 3 * c)}
-    for row in data["sweep"]:
-        if row["elements"] == n:
-            assert row["bytes"] == expected[row["workload"], row["pass"]], row
-
-
-def test_cpu_record_writes_two_png_figures(cpu_record):
-    _, folder, _ = cpu_record
-    for name in ("record_time.png", "record_throughput.png"):
-        assert (folder / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", f"{name} is not a PNG"
-
-
-def test_a_missing_device_is_a_clear_error(tmp_path, capsys):
-    missing = next((d for d in ("cuda", "mps") if d not in bench.available_devices()), None)
-    if missing is None:
-        pytest.skip("this machine has both cuda and mps")
-    assert record_timings.main(["--device", missing, "--output", str(tmp_path / "x.json")]) == 2
-    assert f"no {missing} device" in capsys.readouterr().err
-    assert not (tmp_path / "x.json").exists()
-
-
-# --------------------------------------------------------------------------------------------
-# Timing helpers
-
-
-def test_median_time_synchronises_only_a_gpu(monkeypatch):
+def test_sweep_times_every_variant_with_the_helper_it_is_given():
+    """One row per variant, pass and size, each with the seconds the given helper returned."""
     calls = []
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda *args: calls.append("sync"))
-    bench.median_time(lambda: calls.append("fn"), "cpu", warmup=2, repeats=3)
-    assert calls == ["fn"] * 5, "the CPU needs no synchronisation"
-    calls.clear()
-    bench.median_time(lambda: calls.append("fn"), "cuda:0", warmup=2, repeats=3)
-    assert calls == ["fn", "fn", "sync"] + ["fn", "sync"] * 3, "warm-up, sync, then each timed call followed by a sync"
+
+    def helper(call, device, warmup, repeats):
+        calls.append((device, warmup, repeats))
+        times = []
+        for _ in range(repeats):
+            call()
+            times.append(1e-3 * (len(calls) + len(times)))
+        return statistics.median(times)
+
+    mine = bench.Variant("silu", "my Square", lambda x, bias: Square.apply(x))
+    variants = [bench.variant(bench.COPY), bench.variant("built-in F.gelu(x + bias)"), mine]
+    rows = bench.sweep("cpu", [256, 2048], variants, time_with=helper, warmup=1, repeats=3)
+    assert [(r["variant"], r["pass"], r["elements"]) for r in rows] == [
+        (name, p, n) for n in (256, 2048) for name, passes in
+        ((bench.COPY, ["forward"]), ("built-in F.gelu(x + bias)", bench.PASSES), ("my Square", bench.PASSES))
+        for p in passes]
+    assert calls == [("cpu", 1, 3)] * 10
+    assert [r["seconds"] for r in rows] == [1e-3 * (k + 1) for k in range(1, 11)]
+    square = next(r for r in rows if r["variant"] == "my Square" and r["pass"] == "forward+backward")
+    assert square["bytes"] == 5 * 4 * 256, "x, y; then grad_output, x again and its gradient"
 
 
-def test_median_time_on_a_known_workload_agrees_with_benchmark_timer():
-    ours = bench.median_time(lambda: time.sleep(0.01), warmup=1, repeats=5)
-    assert 0.0099 <= ours <= 0.02
-    timer = bench.timer_median(lambda: time.sleep(0.01), min_run_time=0.1)
-    assert abs(ours - timer) / timer < 0.10
+def test_the_library_has_only_the_copy_and_torch_s_own_variants():
+    assert [v.name for v in bench.VARIANTS] == [bench.COPY, "built-in F.silu", "built-in F.gelu(x + bias)",
+                                               "unfused composition"]
 
 
-# --------------------------------------------------------------------------------------------
-# The Functions that are timed
-
-
-@pytest.mark.parametrize("shapes", [((4, 8), (8,)), ((2, 3, 5), (5,)), ((6,), (6,))], ids=["2d", "3d", "1d"])
-def test_eager_fused_bias_gelu_matches_torch(shapes):
-    check_function(bench.BiasGELU, lambda x, b: F.gelu(x + b), torch.randn(shapes[0]), torch.randn(shapes[1]))
-
-
-def test_silu_matches_torch():
-    check_function(bench.SiLU, F.silu, torch.randn(3, 4))
-
-
-def test_compiled_fused_bias_gelu_matches_torch_and_keeps_only_its_inputs():
-    """torch.compile (inductor's C++ backend here, Triton on CUDA) turns each pass into one kernel."""
-    check_function(bench.FusedBiasGELU, lambda x, b: F.gelu(x + b), torch.randn(4, 8), torch.randn(8))
-    check_function(bench.FusedBiasGELU, lambda x, b: F.gelu(x + b), torch.randn(6), torch.randn(6))
-    x, bias = torch.randn(100, 8), torch.randn(8)
-    assert bench.saved_bytes(bench.FusedBiasGELU.apply, x, bias) == 4 * (800 + 8)
-
-
-def test_fused_functions_keep_a_third_of_the_unfused_composition():
+def test_the_unfused_composition_keeps_three_tensors():
     x, bias = torch.randn(100, 8), torch.randn(8)
     assert bench.saved_bytes(bench.gelu_unfused, x, bias) == 3 * 4 * 800
-    assert bench.saved_bytes(bench.BiasGELU.apply, x, bias) == 4 * 800
+    assert bench.saved_bytes(lambda x, b: torch.nn.functional.gelu(x + b), x, bias) == 4 * 800
 
 
 # --------------------------------------------------------------------------------------------
@@ -179,8 +84,17 @@ def test_shipped_cpu_reference_is_a_measurement_with_provenance():
     assert data is not None, "run `python -m autograder.authoring.record_timings --device cpu` to record it"
     assert bench.check_record(data) == [] and data["device"] == "cpu"
     assert {r["device"] for r in data["sweep"]} == {"cpu"}
+    assert bench.reference_record("cpu") == data
     for name in ("reference_cpu_time.png", "reference_cpu_throughput.png"):
         assert (bench.DATA_DIR / name).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_missing_record_is_none_and_a_bad_one_an_error(tmp_path):
+    assert bench.load_record(tmp_path / "reference_cuda.json") is None
+    assert bench.reference_gpu_record(tmp_path) is None
+    (tmp_path / "reference_mps.json").write_text(json.dumps({"kind": "measurement", "device": "mps"}))
+    with pytest.raises(ValueError, match="missing 'device_name'"):
+        bench.reference_gpu_record(tmp_path)
 
 
 def test_shipped_gpu_reference_meets_the_course_bar():
@@ -203,53 +117,3 @@ def test_check_record_names_what_is_wrong():
     assert "not ISO 8601" in bench.check_record({**good, "date": "yesterday"})[0]
     assert bench.check_record({k: v for k, v in good.items() if k != "device_name"}) == ["missing 'device_name'"]
     assert "not positive" in bench.check_record({**good, "sweep": [{**good["sweep"][0], "seconds": 0.0}]})[0]
-
-
-# --------------------------------------------------------------------------------------------
-# On a real NVIDIA GPU
-
-
-@pytest.fixture(scope="module")
-def gpu_record(tmp_path_factory):
-    """The sweep on CUDA, large sizes only (2**16 ... 2**27), with the compiled fused Function."""
-    return _run(tmp_path_factory.mktemp("gpu"), "--device", "cuda", "--min-exp", "16", "--max-exp", "27",
-                "--no-cpu", "--no-figures")
-
-
-@pytest.mark.gpu
-@needs_cuda
-def test_gpu_record_has_provenance_and_agrees_with_benchmark_timer(gpu_record):
-    data = gpu_record
-    assert bench.check_record(data) == []
-    assert data["device"] == "cuda" and data["device_name"] == torch.cuda.get_device_name()
-    assert data["cuda_version"] == torch.version.cuda
-    assert data["fused_variant"] == bench.FUSED
-    assert data["timer_agreement"]["relative_difference"] <= 0.10, data["timer_agreement"]
-    assert data["async_demo"]["launch_seconds"] < data["async_demo"]["finished_seconds"]
-    syncs = {entry["snippet"]: entry["synchronizes"] for entry in data["sync_debug"]}
-    assert syncs["x.sum().item()"] and syncs["x.cpu()"] and not syncs["x * 2"], syncs
-
-
-@pytest.mark.gpu
-@needs_cuda
-def test_gpu_fused_function_reaches_70_percent_of_copy_bandwidth_on_h100(gpu_record):
-    if "H100" not in gpu_record["device_name"]:
-        pytest.skip(f"the performance bar is set for an NVIDIA H100; this is {gpu_record['device_name']} "
-                    f"(fused: {gpu_record['fused_fraction_of_copy']:.0%} of copy_)")
-    assert gpu_record["fused_fraction_of_copy"] >= 0.70, (
-        f"{gpu_record['fused_bandwidth_gbps']:.0f} GB/s against copy_ {gpu_record['copy_bandwidth_gbps']:.0f} GB/s")
-
-
-@pytest.mark.gpu
-@needs_cuda
-def test_gpu_median_time_agrees_with_cuda_events():
-    x = torch.randn(4096, 4096, device="cuda")
-    seconds = bench.median_time(lambda: x @ x, "cuda", warmup=3, repeats=10)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(10):
-        x @ x
-    end.record()
-    end.synchronize()
-    events = start.elapsed_time(end) / 1e3 / 10
-    assert abs(seconds - events) / events < 0.10, f"median_time {seconds * 1e6:.0f} us, CUDA events {events * 1e6:.0f} us"
