@@ -110,10 +110,10 @@ postgres:  ## Install Debian's PostgreSQL server for the gradebook tests (apt-ge
 	  || { $(SUDO) apt-get update && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y postgresql; }
 
 student-dist: install  ## What students get, no solutions: dist/student-edition/ and .zip (see README)
-	$(BIN)/python -m autograder publish $(if $(REPOSITORY),--repository $(REPOSITORY))
+	$(BIN)/python -m autograder publish $(A) $(if $(REPOSITORY),--repository $(REPOSITORY))
 
 self-study-dist: install  ## The self-study edition, WITH solutions: dist/self-study-edition/ and .zip
-	$(BIN)/python -m autograder publish --self-study $(if $(REPOSITORY),--repository $(REPOSITORY))
+	$(BIN)/python -m autograder publish --self-study $(A) $(if $(REPOSITORY),--repository $(REPOSITORY))
 
 book: install  ## Build the course as a website in book/ (Sphinx + MyST-NB; runs cached in build/book/)
 	$(BIN)/python -m autograder book

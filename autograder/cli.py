@@ -54,7 +54,8 @@ def _publish(args, course: Course) -> int:
     from autograder.authoring.publish import publish
 
     out = args.out or course.root / "dist" / ("self-study-edition" if args.self_study else "student-edition")
-    written = publish(course, out, self_study=args.self_study, repository=args.repository)
+    written = publish(course, out, self_study=args.self_study, repository=args.repository,
+                      assignments=args.assignments)
     files = sum(1 for p in written.rglob("*") if p.is_file())
     label = "self-study edition (WITH the solutions)" if args.self_study else "student distribution (no solutions)"
     print(f"wrote the {label}: {written} ({files} files) and {written}.zip")
@@ -294,6 +295,9 @@ def build_parser() -> argparse.ArgumentParser:
                                             "student's library, a README for students, the environment "
                                             "files and binder/, as a folder and a zip (default "
                                             "dist/student-edition). No solution or hidden test is in it.")
+        p.add_argument("assignments", nargs="*", metavar="ASSIGNMENT",
+                       help="the assignments released so far (default: all of course/); later notebooks build on "
+                            "earlier answers, so release each once the ones before it are due")
         p.add_argument("--out", type=Path, default=None, metavar="DIR", help="folder to write (replaced)")
         p.add_argument("--repository", metavar="URL", default=None,
                        help="the GitHub repository the edition will be pushed to (https://github.com/OWNER/NAME): "

@@ -98,9 +98,10 @@ def binder_url(repository: str, path: str = "course", branch: str = "main") -> s
     return f"https://mybinder.org/v2/gh/{_github_path(repository)}/{branch}?urlpath=lab/tree/{path}"
 
 
-def links_table(course: Course, repository: str) -> str:
-    """The rows of a Markdown table: each student notebook with its Colab and Binder links."""
-    notebooks = sorted(p.relative_to(course.root).as_posix() for p in course.release.glob("*/*.ipynb"))
+def links_table(course: Course, repository: str, assignments: list[str] | None = None) -> str:
+    """The rows of a Markdown table: each student notebook (of ``assignments``, default all) with its links."""
+    notebooks = sorted(p.relative_to(course.root).as_posix() for p in course.release.glob("*/*.ipynb")
+                       if assignments is None or p.parent.name in assignments)
     return "\n".join(f"| `{Path(n).stem}` | [Open in Colab]({colab_url(repository, n)}) "
                      f"| [Launch Binder]({binder_url(repository, n)}) |" for n in notebooks)
 

@@ -82,17 +82,25 @@ def imported_modules(path: Path, module_level_only: bool = False) -> set[str]:
 
 
 def publish(course: Course, out: Path, self_study: bool = False, archive: bool = True,
-            repository: str | None = None) -> Path:
+            repository: str | None = None, assignments: list[str] | None = None) -> Path:
     """Write the student distribution (or the self-study edition) of ``course`` into ``out``.
 
     ``out`` is replaced. Returns ``out``; with ``archive``, ``out.zip`` is written beside it.
     ``repository`` is where the edition will be published (default: the course's setting, which
     must then name one): its notebooks install the library from there on Colab, and its README
-    links there.
+    links there. ``assignments`` are the ones released so far (default: all of ``course/``): later
+    notebooks build on earlier answers (07 uses 02's SiLU), so a class gets each assignment once
+    the ones before it are due.
     """
     if not course.has_solutions or not course.release.is_dir():
         raise CourseError(f"publish needs the instructor's course (solutions/ and course/) at {course.root}")
     repository = checked_repository(repository) if repository else student_repository(course, required=True)
+    released = sorted(p.name for p in course.release.iterdir() if any(p.glob("*.ipynb")))
+    for assignment in assignments or ():
+        course.check_assignment(assignment)
+        if assignment not in released:
+            raise CourseError(f"{assignment} is not released in {course.release}: run `make release` first")
+    assignments = sorted(set(assignments or released))
     out = Path(out).resolve()
     package = Path(__file__).resolve().parents[1]
     if out == course.root or out in course.root.parents or out in (course.release, course.solutions, package):
@@ -100,11 +108,12 @@ def publish(course: Course, out: Path, self_study: bool = False, archive: bool =
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
 
-    shutil.copytree(course.release, out / "course", ignore=_junk)
+    for assignment in assignments:
+        shutil.copytree(course.release / assignment, out / "course" / assignment, ignore=_junk)
+        if self_study:
+            shutil.copytree(course.solutions / assignment, out / "solutions" / assignment, ignore=_junk)
     for notebook in sorted((out / "course").glob("*/*.ipynb")):
         add_setup_cell(notebook, repository)  # installs from where this edition is published
-    if self_study:
-        shutil.copytree(course.solutions, out / "solutions", ignore=_junk)
     for module in _shipped_modules(package):
         target = out / "autograder" / module.relative_to(package)
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -120,7 +129,7 @@ def publish(course: Course, out: Path, self_study: bool = False, archive: bool =
         shutil.copytree(course.root / "binder", out / "binder", ignore=_junk)
     (out / "environment.yml").write_text(_student_environment(course), encoding="utf-8")
     (out / "Makefile").write_text((TEMPLATES / "Makefile").read_text(encoding="utf-8"), encoding="utf-8")
-    (out / "README.md").write_text(_readme(course, self_study, repository), encoding="utf-8")
+    (out / "README.md").write_text(_readme(course, self_study, repository, assignments), encoding="utf-8")
     if archive:
         shutil.make_archive(str(out), "zip", root_dir=out.parent, base_dir=out.name)
     return out
@@ -153,8 +162,8 @@ def _name(requirement: str) -> str:
     return re.split(r"[<>=!~;\[ ]", requirement, maxsplit=1)[0].lower().replace("_", "-")
 
 
-def _readme(course: Course, self_study: bool, repository: str) -> str:
+def _readme(course: Course, self_study: bool, repository: str, assignments: list[str]) -> str:
     edition = (TEMPLATES / "SELF_STUDY.md").read_text(encoding="utf-8") if self_study else ""
     template = string.Template((TEMPLATES / "README.md").read_text(encoding="utf-8"))
-    return template.substitute(repository=repository, notebook_links=links_table(course, repository), edition=edition,
+    return template.substitute(repository=repository, notebook_links=links_table(course, repository, assignments), edition=edition,
                                binder=binder_url(repository, "course"))

@@ -198,3 +198,15 @@ def test_publishing_without_a_students_repository_stops_and_says_what_to_set(tmp
                             cwd=REPO, capture_output=True, text=True)
     assert result.returncode != 0 and not (tmp_path / "edition").exists()
     assert "student-repository" in result.stderr and "Traceback" not in result.stderr, result.stderr
+
+
+def test_a_class_gets_the_assignments_released_so_far_and_nothing_later(tmp_path):
+    first = ["01_first_function", "02_saving_for_backward"]
+    dist = publish(Course(REPO), tmp_path / "edition", archive=False, repository=CLASS_REPOSITORY, assignments=first)
+    assert sorted(p.name for p in (dist / "course").iterdir()) == first
+    readme = (dist / "README.md").read_text()
+    assert colab_url(CLASS_REPOSITORY, "course/02_saving_for_backward/02_saving_for_backward.ipynb") in readme
+    assert "course/07_gpu_timing" not in readme and readme.count("[Open in Colab]") == 2
+    result = subprocess.run([sys.executable, "-m", "autograder", "publish", "no_such_assignment", "--repository",
+                             CLASS_REPOSITORY, "--out", str(tmp_path / "other")], cwd=REPO, capture_output=True, text=True)
+    assert result.returncode != 0 and "no_such_assignment" in result.stderr and not (tmp_path / "other").exists()
