@@ -17,6 +17,7 @@ import matplotlib.pyplot  # noqa: F401
 import matplotlib_inline.backend_inline  # noqa: F401
 import numpy  # noqa: F401
 import torch  # noqa: F401
+import torch._dynamo  # noqa: F401  (torch.func.grad, as in 01, imports it on first use: ~0.5 s a notebook)
 import torch.autograd.gradcheck  # noqa: F401
 import torch.func  # noqa: F401
 import torch.fx.experimental.symbolic_shapes  # noqa: F401  (torch.autograd.grad imports it on first use: ~1 s)
