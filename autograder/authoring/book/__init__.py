@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.util
 import io
 import os
 import re
@@ -36,7 +37,6 @@ from urllib.parse import quote
 import nbformat
 from nbgrader.preprocessors import ClearHiddenTests
 
-import autograder.student
 from autograder.authoring.course import Course, CourseError
 
 CONF_DIR = Path(__file__).resolve().parent  # conf.py lives beside this file
@@ -235,7 +235,8 @@ def _inputs_digest(chapter: Chapter) -> str:
     this in a cell makes a change to either run the chapter again."""
     digest = hashlib.sha256()
     folder = chapter.solution.parent
-    package = Path(autograder.student.__file__).parent
+    # Found, not imported: importing it imports torch, which the command line never needs itself.
+    package = Path(importlib.util.find_spec("autograder.student").origin).parent
     for path in _data_files(folder) + sorted(package.rglob("*.py")):
         digest.update(path.name.encode() + path.read_bytes())
     return digest.hexdigest()[:16]
