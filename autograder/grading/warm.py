@@ -12,6 +12,14 @@ import io
 import sys
 
 import IPython  # noqa: F401  (imported here so children need not)
+import IPython.core.completer  # noqa: F401  (this and the IPython modules below: what every new shell imports)
+import IPython.core.completerlib  # noqa: F401
+import IPython.core.crashhandler  # noqa: F401
+import IPython.core.logger  # noqa: F401
+import IPython.core.magics  # noqa: F401
+import IPython.core.magics.ast_mod  # noqa: F401
+import IPython.core.magics.execution  # noqa: F401
+import IPython.core.oinspect  # noqa: F401
 import matplotlib
 import matplotlib.pyplot  # noqa: F401
 import matplotlib_inline.backend_inline  # noqa: F401
@@ -22,6 +30,10 @@ import torch.autograd.gradcheck  # noqa: F401
 import torch.func  # noqa: F401
 import torch.fx.experimental.symbolic_shapes  # noqa: F401  (torch.autograd.grad imports it on first use: ~1 s)
 import torch.utils.benchmark  # noqa: F401
+import torch._subclasses.schema_check_mode  # noqa: F401  (torch.func imports it on first use)
+import PIL.Image
+import stack_data  # noqa: F401  (IPython formats tracebacks with it)
+import pygments.formatters.terminal256  # noqa: F401  (and this)
 from IPython.core.displayhook import DisplayHook
 from IPython.core.displaypub import DisplayPublisher
 from IPython.core.interactiveshell import InteractiveShell
@@ -29,8 +41,10 @@ from traitlets.config import Config
 
 from autograder import check_function, draw_graph  # noqa: F401  (the checker, as the notebooks import it)
 import autograder.grading.kernel
+import autograder.grading.tamper  # noqa: F401
 
 matplotlib.use("Agg")  # replaced by the inline backend in each shell
+PIL.Image.init()  # the image format plugins, otherwise loaded by each child's first figure
 
 OUT_OF_MEMORY_TEXT = ("can't allocate memory", "not enough memory", "out of memory")
 
