@@ -124,8 +124,9 @@ class Guard:
                     replaced.append(f"{label}.{name}")
                     delattr(owner, name)
         for function, (code, defaults, kwdefaults) in self.functions.items():
+            current = function.__kwdefaults__  # None for most: then no dicts to compare
             if (function.__code__ is not code or function.__defaults__ is not defaults
-                    or not _same(function.__kwdefaults__ or {}, kwdefaults)):
+                    or ((current or kwdefaults) and not _same(current or {}, kwdefaults))):
                 replaced.append(f"{function.__module__}.{function.__qualname__}")
                 function.__code__, function.__defaults__ = code, defaults
                 function.__kwdefaults__ = dict(kwdefaults) or None
