@@ -35,6 +35,7 @@ import PIL.Image
 import stack_data  # noqa: F401  (IPython formats tracebacks with it)
 import pygments.formatters.terminal256  # noqa: F401  (and this)
 from IPython.core.displayhook import DisplayHook
+from IPython.core.error import UsageError
 from IPython.core.displaypub import DisplayPublisher
 from IPython.core.interactiveshell import InteractiveShell
 from traitlets.config import Config
@@ -187,11 +188,39 @@ class RecordingDisplayHook(DisplayHook):
             self.shell.recorder.result(self._format[0], self._format[1], self.prompt_count)
 
 
+def _in_group(value) -> bool:
+    """Whether ``value`` or an exception in its context is an exception group (IPython prints those itself)."""
+    seen = set()
+    while value is not None and id(value) not in seen:
+        if isinstance(value, BaseExceptionGroup):
+            return True
+        seen.add(id(value))
+        value = value.__context__
+    return False
+
+
 class GradingShell(InteractiveShell):
     """An IPython shell that records what a kernel would have sent to the notebook."""
 
     displayhook_class = RecordingDisplayHook
     display_pub_class = RecordingDisplayPublisher
+
+    def showtraceback(self, exc_tuple=None, filename=None, tb_offset=None, exception_only=False,
+                      running_compiled_code=False):
+        """An error in a cell holding hidden tests is shown as its last line only (``OutputRecorder.error``),
+        so its traceback is not formatted at all: IPython's formatting reads and parses the source of
+        every frame, ~0.05 s of CPU an error. Errors IPython shows in other ways (syntax and usage
+        errors, exception groups, exceptions that render themselves) take IPython's own path."""
+        if self.recorder.hidden and not exception_only and not self.call_pdb:
+            try:
+                etype, value, _ = self._get_exc_info(exc_tuple)  # also sets sys.last_value, as IPython does
+            except ValueError:
+                etype = None
+            if (etype is not None and not issubclass(etype, (SyntaxError, UsageError))
+                    and not _in_group(value) and not hasattr(value, "_render_traceback_")):
+                self._showtraceback(etype, value, [])
+                return
+        super().showtraceback(exc_tuple, filename, tb_offset, exception_only, running_compiled_code)
 
     def _showtraceback(self, etype, evalue, stb):
         self.recorder.error(etype.__name__, str(evalue), list(stb))
