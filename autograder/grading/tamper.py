@@ -167,8 +167,10 @@ class Guard:
             shell.showtraceback(exc_tuple=(TamperingFound, found, None))
 
 
-def install(shell) -> Guard:
-    """Capture the genuine objects now and check after every cell of ``shell`` (an IPython shell)."""
-    guard = Guard(shell.user_ns)
+def install(shell, guard: Guard | None = None) -> Guard:
+    """Check after every cell of ``shell`` (an IPython shell) against ``guard``'s genuine objects,
+    captured now if no guard is given (the grader captures them once, in its warm process)."""
+    guard = guard if guard is not None else Guard()
+    guard.user_ns = shell.user_ns
     shell.events.register("post_run_cell", lambda result: guard.after_cell(shell))
     return guard

@@ -42,10 +42,13 @@ from traitlets.config import Config
 
 from autograder import check_function, draw_graph  # noqa: F401  (the checker, as the notebooks import it)
 import autograder.grading.kernel
-import autograder.grading.tamper  # noqa: F401
+import autograder.grading.tamper
 
-matplotlib.use("Agg")  # replaced by the inline backend in each shell
+matplotlib.pyplot.switch_backend("module://matplotlib_inline.backend_inline")  # what each shell enables
 PIL.Image.init()  # the image format plugins, otherwise loaded by each child's first figure
+# The tamper guard's record of the genuine objects, taken once here, where no student code has run:
+# every child checks against it (taking it in each child cost ~8 ms).
+GENUINE = autograder.grading.tamper.Guard()
 
 OUT_OF_MEMORY_TEXT = ("can't allocate memory", "not enough memory", "out of memory")
 
@@ -257,5 +260,5 @@ def new_shell(hidden_lines: list[str] = ()) -> GradingShell:
     sys.stdout = RecordedStream(recorder, "stdout")
     sys.stderr = RecordedStream(recorder, "stdout")
     shell.enable_matplotlib("inline")
-    shell.tamper_guard = autograder.grading.kernel.load_ipython_extension(shell)
+    shell.tamper_guard = autograder.grading.kernel.load_ipython_extension(shell, GENUINE)
     return shell
