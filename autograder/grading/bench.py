@@ -129,7 +129,8 @@ def profile(source: Course, students: int = 12, out=sys.stdout) -> dict[str, flo
     steps = {name: 0.0 for name in ("prepare", "child start", "cells", "outputs and scoring", "gradebook at the end")}
     started = time.monotonic()
     subprocess.run([sys.executable, "-c", "from autograder.grading.speed import skip_iri_format_checks; "
-                    "skip_iri_format_checks(); import autograder.cli, autograder.grading.grade"], check=True)
+                    "skip_iri_format_checks(); import autograder.cli, autograder.grading.grade; "
+                    "autograder.cli.build_parser()"], check=True)
     start_seconds = time.monotonic() - started
     with tempfile.TemporaryDirectory(prefix="bench-profile-") as root, grading.nbgrader_speedups(), \
             warnings.catch_warnings():
@@ -169,7 +170,7 @@ def profile(source: Course, students: int = 12, out=sys.stdout) -> dict[str, flo
         steps["cells"] -= steps["child start"]  # the second run paid the start again
     means = {name: seconds / students for name, seconds in steps.items()}
     print(f"[{_load()}] {students} notebooks of {ASSIGNMENT}, one at a time; mean per notebook:", file=out)
-    print(f"  once per run: command start (Python and imports) {start_seconds:.2f} s, "
+    print(f"  once per run: command start (Python, imports, parsing the command line) {start_seconds:.2f} s, "
           f"gradebook sync (new gradebook) {sync_seconds:.2f} s", file=out)
     for name, seconds in means.items():
         print(f"  {name:<22} {seconds:6.3f} s", file=out)

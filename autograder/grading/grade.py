@@ -28,6 +28,7 @@ import os
 import shutil
 import sys
 import warnings
+from collections import deque
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -133,10 +134,10 @@ def grade(course: Course, assignment: str, jobs: int | None = None, limits: Limi
 
 def _prepared_tasks(grader: "_Grader", students: list[str], force: bool, rows: dict[str, Row], bar: "GradingProgress",
                     warm: bool = True):
-    """Yield each student's tasks, preparing a student only when a worker is free for it.
+    """Yield each student's tasks, preparing a student only when asked for the next task.
 
     Done lazily so that preparing (in this process) overlaps with notebooks executing (in
-    others), instead of every notebook being prepared before the first one runs. The warm
+    others, see ``_run``), instead of every notebook being prepared before the first one runs. The warm
     process is started (``warm``) only once there is something to run.
     """
     for student in students:
@@ -157,11 +158,13 @@ def _prepared_tasks(grader: "_Grader", students: list[str], force: bool, rows: d
             bar.advance(1, student)
 
 
-def _run(tasks, jobs: int, scheduler: str | None):
+def _run(tasks, jobs: int, scheduler: str | None, ahead: int = 32):
     """Yield (task, execution) as they finish, ``jobs`` at a time here or on a Dask cluster.
 
-    ``tasks`` is an iterator that prepares each task when it is asked for: a free worker gets
-    its next notebook before the finished ones are handed back to be scored.
+    ``tasks`` is an iterator that prepares each task when it is asked for. While the workers
+    run (or wait for the warm process to import torch, at the start), this process prepares up
+    to ``ahead`` further tasks, one at a time, looking after each one whether a notebook has
+    finished: a finished one is handed back to be scored and its worker gets a prepared task at once.
     """
     if scheduler:
         tasks = list(tasks)
@@ -174,16 +177,34 @@ def _run(tasks, jobs: int, scheduler: str | None):
             for future in as_completed(futures):
                 yield futures[future], future.result()
         return
-    tasks = iter(tasks)
+    tasks, ready = iter(tasks), deque()
+
+    def prepare_one() -> bool:
+        task = next(tasks, None)
+        if task is not None:
+            ready.append(task)
+        return task is not None
+
     with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="grade") as pool:
-        running, finished = {}, []
+        running, finished, more = {}, [], True
         while True:
-            while len(running) < jobs and (task := next(tasks, None)) is not None:
+            while len(running) < jobs:
+                if not ready and more:
+                    more = prepare_one()
+                if not ready:
+                    break
+                task = ready.popleft()
                 running[pool.submit(run_task, task)] = task
             yield from finished  # scored while the refilled workers run
             if not running:
                 return
-            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            done = set()
+            while not done and more and len(ready) < ahead:
+                done, _ = wait(running, timeout=0, return_when=FIRST_COMPLETED)
+                if not done:
+                    more = prepare_one()
+            if not done:
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
             finished = [(running.pop(future), future.result()) for future in done]
 
 

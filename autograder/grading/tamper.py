@@ -124,8 +124,9 @@ class Guard:
                     replaced.append(f"{label}.{name}")
                     delattr(owner, name)
         for function, (code, defaults, kwdefaults) in self.functions.items():
+            current = function.__kwdefaults__  # None for most: then no dicts to compare
             if (function.__code__ is not code or function.__defaults__ is not defaults
-                    or not _same(function.__kwdefaults__ or {}, kwdefaults)):
+                    or ((current or kwdefaults) and not _same(current or {}, kwdefaults))):
                 replaced.append(f"{function.__module__}.{function.__qualname__}")
                 function.__code__, function.__defaults__ = code, defaults
                 function.__kwdefaults__ = dict(kwdefaults) or None
@@ -166,8 +167,10 @@ class Guard:
             shell.showtraceback(exc_tuple=(TamperingFound, found, None))
 
 
-def install(shell) -> Guard:
-    """Capture the genuine objects now and check after every cell of ``shell`` (an IPython shell)."""
-    guard = Guard(shell.user_ns)
+def install(shell, guard: Guard | None = None) -> Guard:
+    """Check after every cell of ``shell`` (an IPython shell) against ``guard``'s genuine objects,
+    captured now if no guard is given (the grader captures them once, in its warm process)."""
+    guard = guard if guard is not None else Guard()
+    guard.user_ns = shell.user_ns
     shell.events.register("post_run_cell", lambda result: guard.after_cell(shell))
     return guard

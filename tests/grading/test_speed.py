@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -53,3 +54,12 @@ def test_a_second_grade_run_with_nothing_changed_starts_no_nbgrader_and_runs_no_
     assert counted["subprocesses"] == [] and counted["notebooks"] == []
     assert (course_copy.grading / GRADES_CSV).read_text() == first
     assert "2 graded" in capsys.readouterr().out
+
+
+def test_the_command_line_parses_grade_without_importing_torch():
+    """The warm process imports torch while the command imports nbgrader: the command itself must not
+    (it did once, through the `book` command's module, which costs every `grade` about 2 s of CPU)."""
+    code = ("import sys; from autograder import cli; cli.build_parser().parse_args(['grade', 'x']); "
+            "import autograder.grading.grade; print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"

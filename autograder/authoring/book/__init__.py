@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.util
 import io
 import shutil
 import sys
@@ -32,7 +33,6 @@ from pathlib import Path
 import nbformat
 from nbgrader.preprocessors import ClearHiddenTests
 
-import autograder.student
 from autograder.authoring.colab import REPOSITORY_VARIABLE, binder_url, colab_url, student_repository
 from autograder.authoring.course import Course, CourseError
 
@@ -221,7 +221,8 @@ def _inputs_digest(chapter: Chapter) -> str:
     this in a cell makes a change to either run the chapter again."""
     digest = hashlib.sha256()
     folder = chapter.solution.parent
-    package = Path(autograder.student.__file__).parent
+    # Found, not imported: importing it imports torch, which the command line never needs itself.
+    package = Path(importlib.util.find_spec("autograder.student").origin).parent
     for path in _data_files(folder) + sorted(package.rglob("*.py")):
         digest.update(path.name.encode() + path.read_bytes())
     return digest.hexdigest()[:16]
