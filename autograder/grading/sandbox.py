@@ -9,7 +9,8 @@ notebook starts dies with it. In its mount namespace the whole file system is re
 instructor's home, ``/home``, ``/tmp``, ``/run`` and the course folder (``solutions/``, the
 gradebook, ``grading/`` with every other student's files, the git history) are covered by empty
 file systems; only the Python installation and the course's package are shown again, read-only.
-The notebook's working folder, ``/tmp`` and ``/dev/shm`` are private, size-capped tmpfs. ``/proc``
+The notebook's working folder, ``/tmp`` and ``/dev/shm`` are folders of one private tmpfs, whose
+size cap (``SCRATCH_SIZE``) bounds all the RAM its files can take. ``/proc``
 shows only the notebook's own processes. The network namespace has no interface but a down
 loopback. Then the process becomes a uid of its own (``UID_BASE`` + the sandbox's pid: no other
 process has it), loses every capability, enters a new user namespace, sets ``no_new_privs``
@@ -53,8 +54,7 @@ UID_BASE = 2_000_000            # sandbox uids: UID_BASE + pid, unused by any ac
 PROCESSES = 64                  # processes and threads a notebook may run at once
 FILE_SIZE = 64 * 1024**2        # largest file a notebook may write
 OPEN_FILES = 256
-WORK_SIZE = "128m"              # the working folder (tmpfs)
-TMP_SIZE = "128m"               # /tmp and /dev/shm (tmpfs, each)
+SCRATCH_SIZE = "128m"           # one tmpfs (RAM) for the working folder, /tmp and /dev/shm together
 # Covered by an empty file system; the Python installation is shown again inside them.
 HIDDEN_ROOTS = ["/root", "/home", "/tmp", "/var/tmp", "/dev/shm", "/run", "/mnt", "/media", "/srv",
                 "/var/lib", "/var/log", "/var/mail", "/var/spool", "/var/backups", "/work"]
@@ -321,19 +321,25 @@ def _build_file_system(policy: Policy, cwd: str, uid: int) -> None:
     for path in sorted(set(hidden), key=len):
         if any(_under(path, c) for c in covered):
             continue
-        writable = path in ("/tmp", "/dev/shm")
         _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV,
-               f"size={TMP_SIZE},mode=1777" if writable else "size=1m,mode=755")
+               f"size={SCRATCH_SIZE},mode=1777" if path == "/tmp" else "size=1m,mode=755")
         covered.append(path)
     for path, fd in sorted(handles.items()):
         os.makedirs(path, exist_ok=True)
         _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
         os.close(fd)
-    os.makedirs(cwd, exist_ok=True)
-    _mount("tmpfs", cwd, "tmpfs", MS_NOSUID | MS_NODEV, f"size={WORK_SIZE},mode=700,uid={uid},gid={uid}")
+    # The working folder and /dev/shm are folders of /tmp's tmpfs: one size cap for all three.
+    scratch = {cwd: os.path.join("/tmp", ".work")}
+    if "/dev/shm" in covered:
+        scratch["/dev/shm"] = os.path.join("/tmp", ".shm")
+    for path, folder in scratch.items():
+        os.makedirs(folder, mode=0o700 if path == cwd else 0o1777)
+        os.chmod(folder, 0o700 if path == cwd else 0o1777)
+        os.makedirs(path, exist_ok=True)
+        _mount(folder, path, None, MS_BIND)
     _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     _set_readonly("/", True, recursive=True)
-    for path in [cwd, "/proc"] + [p for p in ("/tmp", "/dev/shm") if p in covered]:
+    for path in [*scratch, "/tmp", "/proc"]:
         _set_readonly(path, False, recursive=False)
 
 

@@ -146,6 +146,24 @@ def test_without_a_sandbox_the_same_code_gets_everything(tmp_path):
     assert (seen.udp, seen.unix, seen.detached_alive) == (b"x", True, True)
 
 
+@pytest.mark.slow
+def test_the_working_folder_tmp_and_shm_share_one_size_cap(tmp_path):
+    """Their files are RAM (tmpfs) that RLIMIT_AS does not count: one cap for all three bounds it."""
+    size = int(sandbox.SCRATCH_SIZE.removesuffix("m")) * 1024**2 // 2 - 1024**2   # just under half the cap
+    code = f"""
+for path in ('here.bin', '/tmp/there.bin', '/dev/shm/shared.bin'):
+    try:
+        with open(path, 'wb') as f:
+            f.write(bytes({size}))
+        print('wrote', path)
+    except OSError as error:
+        print('refused', path, error.strerror)
+"""
+    result = execute([{"cell_type": "code", "source": code}], str(tmp_path), Limits(memory=1024**3, sandbox="namespaces"))
+    assert result.outputs[0][0]["text"].splitlines() == [
+        "wrote here.bin", "wrote /tmp/there.bin", "refused /dev/shm/shared.bin No space left on device"]
+
+
 def test_grading_refuses_without_a_sandbox_unless_told(monkeypatch):
     monkeypatch.setattr(executor, "_available", "off")
     with pytest.raises(SandboxRefused, match="--no-sandbox"):
