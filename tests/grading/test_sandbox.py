@@ -41,6 +41,7 @@ attempt('tcp', lambda: socket.create_connection(('127.0.0.1', {port}), timeout=2
 attempt('udp', lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'x', ('127.0.0.1', {udp_port})))
 attempt('unix socket', lambda: socket.socket(socket.AF_UNIX).connect({unix_path!r}))
 attempt('signal the grader', lambda: os.kill({grader}, signal.SIGCONT))
+attempt("read the grader's environment", lambda: open('/proc/{grader}/environ').read())
 attempt('detach a process', detach)
 open('mine.txt', 'w').write('ok')
 print('own folder', open('mine.txt').read(), 'secret' in repr(dict(os.environ)))
@@ -117,7 +118,8 @@ def test_landlock_alone_keeps_files_network_and_signals_in(tmp_path):
     seen = probe(tmp_path, "landlock")
     shown = seen.shown
     assert "GOT:" not in shown.replace("GOT: detach a process", ""), shown
-    for what in ("read secret", "list course", "write outside", "tcp", "udp", "unix socket", "signal the grader"):
+    for what in ("read secret", "list course", "write outside", "tcp", "udp", "unix socket", "signal the grader",
+                 "read the grader's environment"):
         assert f"refused: {what}" in shown, shown
     assert "own folder ok False" in shown
     assert (seen.udp, seen.unix, seen.detached_alive) == (None, False, False)
@@ -141,7 +143,7 @@ def test_without_a_sandbox_the_same_code_gets_everything(tmp_path):
     """What --no-sandbox means: the probe above is not a test that cannot fail."""
     seen = probe(tmp_path, "off")
     for what in ("read secret", "list course", "write outside", "tcp", "udp", "unix socket", "signal the grader",
-                 "detach a process"):
+                 "read the grader's environment", "detach a process"):
         assert f"GOT: {what}" in seen.shown, seen.shown
     assert (seen.udp, seen.unix, seen.detached_alive) == (b"x", True, True)
 
