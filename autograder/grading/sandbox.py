@@ -272,6 +272,7 @@ def _wait_and_end_like(pid: int, keep_fd: int, reap: bool = False) -> None:
         except InterruptedError:
             continue
     if reap:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the notebook is gone: its pid may be anyone's now
         _kill_leftovers()
     if os.WIFSIGNALED(status):
         number = os.WTERMSIG(status)
