@@ -319,9 +319,9 @@ def _check_output(output: dict) -> None:
 
 
 _available: str | None = None
-REFUSED = ("this machine allows no sandbox (neither namespaces nor Landlock), so student code would run as "
-           "you, able to read solutions/ and the gradebook, change grades and use the network: grade in a "
-           "container or VM, or pass --no-sandbox to run it anyway")
+REFUSED = ("this machine allows no sandbox (neither namespaces nor Landlock, or no libseccomp2), so "
+           "student code would run as you, able to read solutions/ and the gradebook, change grades and use "
+           "the network: grade in a container or VM, or pass --no-sandbox to run it anyway")
 
 
 class SandboxRefused(Exception):

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 
 try:
     import pyseccomp as seccomp
-except (ImportError, OSError):  # libseccomp (Linux) missing: enter() refuses to sandbox, saying why
+except (ImportError, OSError, RuntimeError):  # no libseccomp (not Linux, or libseccomp2 missing): no sandbox
     seccomp = None
 
 MODES = ("namespaces", "landlock", "off")
@@ -155,7 +155,9 @@ def _namespaces_allowed() -> bool:
 
 
 def available() -> str:
-    """The strongest mode this machine allows: namespaces, landlock or off."""
+    """The strongest mode this machine allows: namespaces, landlock or off (also without libseccomp)."""
+    if seccomp is None:
+        return "off"
     if SYS_CAPSET is not None and _namespaces_allowed():
         return "namespaces"
     if landlock_abi() >= 4:

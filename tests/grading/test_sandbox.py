@@ -161,7 +161,8 @@ for path in ('here.bin', '/tmp/there.bin', '/dev/shm/shared.bin'):
     except OSError as error:
         print('refused', path, error.strerror)
 """
-    result = execute([{"cell_type": "code", "source": code}], str(tmp_path), Limits(memory=1024**3, sandbox="namespaces"))
+    limits = Limits(memory=1024**3, sandbox="namespaces")
+    result = execute([{"cell_type": "code", "source": code}], str(tmp_path), limits)
     assert result.outputs[0][0]["text"].splitlines() == [
         "wrote here.bin", "wrote /tmp/there.bin", "refused /dev/shm/shared.bin No space left on device"]
 
@@ -217,3 +218,11 @@ def test_a_notebook_keeps_its_errors_but_not_endless_output():
         assert kept[-1][-1] == error  # a failing test stays failing
     assert kept[0] == [big, error] and kept[2] == [error]
     assert json.dumps(kept).count("this notebook's outputs passed") == 1
+
+
+def test_without_libseccomp_no_sandbox_is_offered(monkeypatch):
+    """Sockets could not be refused, so neither mode is complete: grade refuses unless told --no-sandbox."""
+    monkeypatch.setattr(sandbox, "seccomp", None)
+    assert sandbox.available() == "off"
+    with pytest.raises(sandbox.SandboxError, match="libseccomp"):
+        sandbox._deny_sockets()
