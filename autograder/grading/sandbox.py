@@ -186,9 +186,10 @@ def describe(mode: str) -> str:
 def enter(policy: Policy, cwd: str, keep_fd: int, env: dict[str, str], memory: int | None) -> None:
     """Put this process in the sandbox ``policy`` asks for; return in the process that runs the notebook.
 
-    In ``namespaces`` mode this process forks: the child (PID 1 of a new pid namespace) returns;
-    this one waits for it and ends the same way, so whoever watches this process sees the
-    notebook's exit status. Raises SandboxError if the sandbox cannot be made.
+    In both sandboxed modes this process forks: the child (PID 1 of a new pid namespace, or the
+    notebook under this process as its subreaper) returns; this one waits for it and ends the same
+    way, so whoever watches this process sees the notebook's exit status. Raises SandboxError if
+    the sandbox cannot be made.
     """
     os.chdir(cwd)
     tmp = "/tmp"
@@ -332,6 +333,8 @@ def _build_file_system(policy: Policy, cwd: str, uid: int) -> None:
         _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
         os.close(fd)
     # The working folder and /dev/shm are folders of /tmp's tmpfs: one size cap for all three.
+    if "/tmp" not in covered:
+        raise SandboxError("/tmp must be covered by the sandbox's own tmpfs")
     scratch = {cwd: os.path.join("/tmp", ".work")}
     if "/dev/shm" in covered:
         scratch["/dev/shm"] = os.path.join("/tmp", ".shm")
