@@ -60,9 +60,15 @@ c.Execute.timeout = 60
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
     "nbgrader.preprocessors.ClearHiddenTests",
-    # Student markdown and outputs are untrusted: scripts, event handlers, javascript: links and raw
-    # HTML are escaped, JavaScript outputs dropped (bleach, through nbconvert), so a feedback page
-    # runs no student code.
-    "autograder.grading.feedback.SanitizeStudentHTML",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]
+
+# Student markdown and outputs are untrusted, and every HTML page nbgrader makes of a notebook comes
+# from an HTMLExporter built from this config: the feedback pages (GenerateFeedback) and the
+# formgrader's submission pages, which the instructor opens in a browser logged in to Jupyter.
+# Scripts, event handlers, javascript: links and raw HTML are escaped or removed (bleach, through
+# nbconvert), JavaScript outputs dropped, so no page runs student code. sanitize_html makes
+# nbconvert's templates clean outputs too and leave out JavaScript and widget outputs; the
+# preprocessor also cleans markdown cells, which the formgrader's own template renders uncleaned.
+c.HTMLExporter.sanitize_html = True
+c.HTMLExporter.preprocessors = ["autograder.grading.feedback.SanitizeStudentHTML"]

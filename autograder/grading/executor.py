@@ -83,7 +83,8 @@ _starting = threading.Lock()
 
 def _context():
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["autograder.grading.warm"])
+    # sandbox too: its libseccomp lookup (pyseccomp, ~6 ms) is then paid once, not by every notebook.
+    context.set_forkserver_preload(["autograder.grading.warm", "autograder.grading.sandbox"])
     from multiprocessing import forkserver
 
     with _starting:
@@ -133,7 +134,7 @@ def execute(cells: list[dict], cwd: str, limits: Limits = Limits(),
                 except EOFError:
                     break
                 except ProtocolError as error:
-                    child.kill()
+                    child.terminate()  # SIGTERM: in Landlock mode the sandbox then kills what the notebook left
                     why = f"the notebook's process sent the grader an invalid message ({error})"
                     if running is not None:
                         _append(result, running, _error("DeadKernelError", why))
@@ -164,7 +165,7 @@ def execute(cells: list[dict], cwd: str, limits: Limits = Limits(),
                     break
             elif running is not None:
                 # The cell ignored its own alarm (e.g. a bare ``except:`` in a loop): stop it.
-                child.kill()
+                child.terminate()
                 _append(result, running, _error("TimeoutError",
                         f"timed out after {limit:g} s: the cell did not stop when asked, so "
                         "grading stopped this notebook here"))
@@ -175,6 +176,9 @@ def execute(cells: list[dict], cwd: str, limits: Limits = Limits(),
                 break
     finally:
         child.join(1)
+        if child.is_alive():
+            child.terminate()
+            child.join(1)
         if child.is_alive():
             child.kill()
             child.join()
@@ -315,9 +319,9 @@ def _check_output(output: dict) -> None:
 
 
 _available: str | None = None
-REFUSED = ("this machine allows no sandbox (neither namespaces nor Landlock), so student code would run as "
-           "you, able to read solutions/ and the gradebook, change grades and use the network: grade in a "
-           "container or VM, or pass --no-sandbox to run it anyway")
+REFUSED = ("this machine allows no sandbox (neither namespaces nor Landlock, or no libseccomp2), so "
+           "student code would run as you, able to read solutions/ and the gradebook, change grades and use "
+           "the network: grade in a container or VM, or pass --no-sandbox to run it anyway")
 
 
 class SandboxRefused(Exception):

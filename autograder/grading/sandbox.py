@@ -9,7 +9,8 @@ notebook starts dies with it. In its mount namespace the whole file system is re
 instructor's home, ``/home``, ``/tmp``, ``/run`` and the course folder (``solutions/``, the
 gradebook, ``grading/`` with every other student's files, the git history) are covered by empty
 file systems; only the Python installation and the course's package are shown again, read-only.
-The notebook's working folder, ``/tmp`` and ``/dev/shm`` are private, size-capped tmpfs. ``/proc``
+The notebook's working folder, ``/tmp`` and ``/dev/shm`` are folders of one private tmpfs, whose
+size cap (``SCRATCH_SIZE``) bounds all the RAM its files can take. ``/proc``
 shows only the notebook's own processes. The network namespace has no interface but a down
 loopback. Then the process becomes a uid of its own (``UID_BASE`` + the sandbox's pid: no other
 process has it), loses every capability, enters a new user namespace, sets ``no_new_privs``
@@ -17,10 +18,17 @@ and gets limits on processes, file size, open files and memory.
 
 ``landlock`` (not root, e.g. a JupyterHub pod): a Landlock ruleset lets the notebook read only
 the system and Python folders and write only its working folder, denies TCP and signals to
-processes outside the sandbox; rlimits as above; capabilities dropped. No pid or network
-namespace: UDP is not blocked, and a process the notebook detaches outlives it.
+processes outside the sandbox; rlimits as above; capabilities dropped. There is no pid
+namespace: instead the child becomes a subreaper (``PR_SET_CHILD_SUBREAPER``) and forks the
+notebook, so a process the notebook detaches (``setsid``, double fork) becomes its child, and
+it kills every such process when the notebook ends (or when the grader stops it with SIGTERM).
 
 ``off``: nothing of the above (``grade --no-sandbox``); student code runs as the grading user.
+
+In both sandboxed modes a seccomp filter (libseccomp, through ``pyseccomp``) refuses
+``socket(2)`` for every address family (TCP, UDP, raw packets, Unix sockets named in the file
+system; ``socketpair`` stays) and ``io_uring_setup`` (io_uring opens sockets without
+``socket(2)``): no network even without a network namespace.
 
 In every mode the environment is reduced to a few harmless variables (no ``AUTOGRADER_DB_URL``,
 no tokens) and inherited file descriptors other than the result pipe are closed.
@@ -36,13 +44,17 @@ import signal
 import sys
 from dataclasses import dataclass
 
+try:
+    import pyseccomp as seccomp
+except (ImportError, OSError, RuntimeError):  # no libseccomp (not Linux, or libseccomp2 missing): no sandbox
+    seccomp = None
+
 MODES = ("namespaces", "landlock", "off")
 UID_BASE = 2_000_000            # sandbox uids: UID_BASE + pid, unused by any account
 PROCESSES = 64                  # processes and threads a notebook may run at once
 FILE_SIZE = 64 * 1024**2        # largest file a notebook may write
 OPEN_FILES = 256
-WORK_SIZE = "128m"              # the working folder (tmpfs)
-TMP_SIZE = "128m"               # /tmp and /dev/shm (tmpfs, each)
+SCRATCH_SIZE = "128m"           # one tmpfs (RAM) for the working folder, /tmp and /dev/shm together
 # Covered by an empty file system; the Python installation is shown again inside them.
 HIDDEN_ROOTS = ["/root", "/home", "/tmp", "/var/tmp", "/dev/shm", "/run", "/mnt", "/media", "/srv",
                 "/var/lib", "/var/log", "/var/mail", "/var/spool", "/var/backups", "/work"]
@@ -54,7 +66,7 @@ CLONE_NEWPID, CLONE_NEWNET = 0x20000000, 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY = -100, 0x8000, 1
-PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 1, 4, 24, 38
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 1, 4, 24, 36, 38
 # Syscall numbers from 424 on are the same on every architecture.
 SYS_MOUNT_SETATTR, SYS_LANDLOCK_CREATE, SYS_LANDLOCK_ADD_RULE, SYS_LANDLOCK_RESTRICT = 442, 444, 445, 446
 SYS_CAPSET = {"x86_64": 126, "aarch64": 91}.get(os.uname().machine)
@@ -143,7 +155,9 @@ def _namespaces_allowed() -> bool:
 
 
 def available() -> str:
-    """The strongest mode this machine allows: namespaces, landlock or off."""
+    """The strongest mode this machine allows: namespaces, landlock or off (also without libseccomp)."""
+    if seccomp is None:
+        return "off"
     if SYS_CAPSET is not None and _namespaces_allowed():
         return "namespaces"
     if landlock_abi() >= 4:
@@ -155,10 +169,11 @@ def describe(mode: str) -> str:
     """One line saying what protects the instructor in ``mode``."""
     return {
         "namespaces": "sandbox: namespaces (mount, pid, network, IPC, user), read-only file system, course "
-                      "and home hidden, own uid, no capabilities, no_new_privs, rlimits, clean environment",
-        "landlock": "sandbox: Landlock (files allow-listed, no TCP, no signals outside), rlimits, no "
-                    "capabilities, no_new_privs, clean environment; no pid or network namespace "
-                    "(UDP is open, and a process a notebook detaches outlives it)",
+                      "and home hidden, own uid, no capabilities, no_new_privs, seccomp (no sockets), rlimits, "
+                      "clean environment",
+        "landlock": "sandbox: Landlock (files allow-listed, no TCP, no signals outside), seccomp (no "
+                    "sockets), a subreaper that kills what a notebook leaves running, rlimits, no "
+                    "capabilities, no_new_privs, clean environment; no pid or network namespace",
         "off": "NO SANDBOX: student code runs as the grading user and can read solutions/ and the gradebook, "
                "change grades, use the network and leave processes running",
     }[mode]
@@ -171,20 +186,23 @@ def describe(mode: str) -> str:
 def enter(policy: Policy, cwd: str, keep_fd: int, env: dict[str, str], memory: int | None) -> None:
     """Put this process in the sandbox ``policy`` asks for; return in the process that runs the notebook.
 
-    In ``namespaces`` mode this process forks: the child (PID 1 of a new pid namespace) returns;
-    this one waits for it and ends the same way, so whoever watches this process sees the
-    notebook's exit status. Raises SandboxError if the sandbox cannot be made.
+    In both sandboxed modes this process forks: the child (PID 1 of a new pid namespace, or the
+    notebook under this process as its subreaper) returns; this one waits for it and ends the same
+    way, so whoever watches this process sees the notebook's exit status. Raises SandboxError if
+    the sandbox cannot be made.
     """
     os.chdir(cwd)
     tmp = "/tmp"
     if policy.mode == "namespaces":
         _enter_namespaces(policy, cwd, keep_fd)
     elif policy.mode == "landlock":
+        _fork_under_reaper(keep_fd)
         tmp = _enter_landlock(policy, cwd)
     _clean_environment(env, cwd, tmp)
     if policy.mode != "off":
         _limit(memory)
         _close_fds(keep_fd)
+        _deny_sockets()
 
 
 def _clean_environment(env: dict[str, str], cwd: str, tmp: str) -> None:
@@ -247,8 +265,8 @@ def _enter_namespaces(policy: Policy, cwd: str, keep_fd: int) -> None:
     no_new_privs()
 
 
-def _wait_and_end_like(pid: int, keep_fd: int) -> None:
-    """The outer process: wait for the notebook (PID 1 inside), then end as it ended."""
+def _wait_and_end_like(pid: int, keep_fd: int, reap: bool = False) -> None:
+    """The outer process: wait for the notebook (PID 1 inside), kill what it left if ``reap``, then end as it ended."""
     os.close(keep_fd)  # the coordinator sees the pipe close when the notebook ends, not later
     while True:
         try:
@@ -256,6 +274,9 @@ def _wait_and_end_like(pid: int, keep_fd: int) -> None:
             break
         except InterruptedError:
             continue
+    if reap:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the notebook is gone: its pid may be anyone's now
+        _kill_leftovers()
     if os.WIFSIGNALED(status):
         number = os.WTERMSIG(status)
         signal.signal(number, signal.SIG_DFL) if number not in (signal.SIGKILL, signal.SIGSTOP) else None
@@ -304,24 +325,104 @@ def _build_file_system(policy: Policy, cwd: str, uid: int) -> None:
     for path in sorted(set(hidden), key=len):
         if any(_under(path, c) for c in covered):
             continue
-        writable = path in ("/tmp", "/dev/shm")
         _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV,
-               f"size={TMP_SIZE},mode=1777" if writable else "size=1m,mode=755")
+               f"size={SCRATCH_SIZE},mode=1777" if path == "/tmp" else "size=1m,mode=755")
         covered.append(path)
     for path, fd in sorted(handles.items()):
         os.makedirs(path, exist_ok=True)
         _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
         os.close(fd)
-    os.makedirs(cwd, exist_ok=True)
-    _mount("tmpfs", cwd, "tmpfs", MS_NOSUID | MS_NODEV, f"size={WORK_SIZE},mode=700,uid={uid},gid={uid}")
+    # The working folder and /dev/shm are folders of /tmp's tmpfs: one size cap for all three.
+    if "/tmp" not in covered:
+        raise SandboxError("/tmp must be covered by the sandbox's own tmpfs")
+    scratch = {cwd: os.path.join("/tmp", ".work")}
+    if "/dev/shm" in covered:
+        scratch["/dev/shm"] = os.path.join("/tmp", ".shm")
+    for path, folder in scratch.items():
+        os.makedirs(folder, mode=0o700 if path == cwd else 0o1777)
+        os.chmod(folder, 0o700 if path == cwd else 0o1777)
+        os.makedirs(path, exist_ok=True)
+        _mount(folder, path, None, MS_BIND)
     _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     _set_readonly("/", True, recursive=True)
-    for path in [cwd, "/proc"] + [p for p in ("/tmp", "/dev/shm") if p in covered]:
+    for path in [*scratch, "/tmp", "/proc"]:
         _set_readonly(path, False, recursive=False)
 
 
 # ----------------------------------------------------------------------------------------
+# Both modes: no sockets (seccomp)
+
+
+def _deny_sockets() -> None:
+    """Refuse socket(2) for every family, and io_uring (which opens sockets without it): no network.
+
+    ``socketpair`` stays: a pair of connected sockets reaches nothing outside the notebook. A system
+    call of another ABI (32-bit ``socketcall``, x32) kills the process (libseccomp's default).
+    """
+    if seccomp is None:
+        raise SandboxError("libseccomp is not available, so sockets cannot be refused (install libseccomp2)")
+    rules = seccomp.SyscallFilter(seccomp.ALLOW)
+    for call in ("socket", "io_uring_setup"):
+        rules.add_rule(seccomp.ERRNO(errno.EACCES), call)
+    rules.load()
+
+
+# ----------------------------------------------------------------------------------------
 # Landlock: no namespaces, but a file system allow-list, no TCP, no signals out
+
+
+def _fork_under_reaper(keep_fd: int) -> None:
+    """Fork the notebook under this process, its subreaper; return in the notebook's process.
+
+    Without a pid namespace a process the notebook detaches (``setsid``, double fork) would be
+    adopted by init and outlive it. A subreaper adopts them instead; this process waits for the
+    notebook, kills whatever is left, and ends as the notebook ended. SIGTERM (how the grader
+    stops a notebook) kills the notebook first, so the same clean-up runs. It forks before
+    Landlock applies, so the notebook cannot signal it.
+    """
+    _check(_libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), "subreaper")
+    reaper = os.getpid()
+    pid = os.fork()
+    if pid == 0:
+        _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "pdeathsig")
+        if os.getppid() != reaper:  # the reaper died before the line above
+            os._exit(1)
+        return
+    signal.signal(signal.SIGTERM, lambda *_: os.kill(pid, signal.SIGKILL))
+    _wait_and_end_like(pid, keep_fd, reap=True)
+
+
+def _kill_leftovers() -> None:
+    """Kill this subreaper's children (what the notebook left running, adopted) until it has none."""
+    me = str(os.getpid())
+    while True:
+        try:
+            if os.waitpid(-1, os.WNOHANG)[0]:
+                continue
+        except ChildProcessError:
+            return  # the usual case: nothing left
+        for child in _children_of(me):
+            try:
+                os.kill(child, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        try:
+            os.waitpid(-1, 0)
+        except (ChildProcessError, InterruptedError):
+            pass
+
+
+def _children_of(pid: str) -> list[int]:
+    children = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                fields = stat.read().rpartition(")")[2].split()
+        except (OSError, ValueError):
+            continue
+        if fields[1] == pid:
+            children.append(int(entry))
+    return children
 
 
 LL_EXECUTE, LL_WRITE_FILE, LL_READ_FILE, LL_READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3

@@ -21,11 +21,14 @@ import html.parser
 import json
 import os
 import re
+import secrets
 import socket
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -385,6 +388,58 @@ def test_feedback_pages_run_no_student_script(run):
     finder.feed(run.page("injects_html"))
     assert [found for found in finder.found if "x-" in found] == []
     assert "x-md" in run.page("injects_html")  # escaped and shown, not dropped silently
+
+
+def test_the_formgrader_serves_the_submission_with_no_student_script(run):
+    """The instructor's view: a real Jupyter server with the course's config serves the formgrader's page."""
+    from nbgrader.api import Gradebook
+
+    with Gradebook(run.course_obj.config().CourseDirectory.db_url) as gradebook:
+        submission = gradebook.find_submission_notebook(NOTEBOOK.removesuffix(".ipynb"), ASSIGNMENT, "injects_html").id
+    with jupyter_server(run.course_obj) as (base, token):
+        request = urllib.request.Request(f"{base}/formgrader/submissions/{submission}",
+                                         headers={"Authorization": f"token {token}"})
+        page = urllib.request.urlopen(request, timeout=60).read().decode()
+    assert "x-md" in page and "x-out" in page, page[:2000]  # the student's cells are there, as text
+    assert "formgrader/static/js/formgrade.js" in page and "scoring-buttons" in page  # grading still works
+    finder = ScriptFinder()
+    finder.feed(page)
+    assert [found for found in finder.found if "x-" in found] == []
+    assert "<iframe" not in page
+
+
+@contextmanager
+def jupyter_server(course: Course):
+    """``jupyter server`` as `make lab` starts it on ``course`` (its environment: the course's nbgrader config)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    token, base = secrets.token_hex(16), f"http://127.0.0.1:{port}"
+    command = [sys.executable, "-m", "jupyter", "server", "--no-browser", "--ServerApp.ip=127.0.0.1",
+               f"--ServerApp.port={port}", "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
+               f"--ServerApp.root_dir={course.root}", "--allow-root",
+               # as nbgrader's install enables it (etc/jupyter/jupyter_server_config.d/nbgrader.json)
+               "--ServerApp.jpserver_extensions=nbgrader.server_extensions.formgrader=True"]
+    env = {**course.environment(), "JUPYTER_RUNTIME_DIR": str(course.root / "grading" / ".runtime")}
+    server = subprocess.Popen(command, cwd=course.root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert server.poll() is None, server.stderr.read().decode()[-3000:]
+            try:
+                urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2)
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "jupyter server did not start within 60 s"
+                time.sleep(0.3)
+        yield base, token
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
 
 
 @pytest.mark.xfail(strict=True, raises=AssertionError,

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
+from dataclasses import dataclass
 
 import pytest
 
@@ -16,24 +18,45 @@ from autograder.grading import executor, sandbox
 from autograder.grading.executor import Limits, SandboxRefused, confine, execute
 
 PROBE = """
-import os, signal, socket
+import os, signal, socket, time
 def attempt(what, action):
     try:
         action()
         print('GOT:', what)
     except Exception as error:
         print('refused:', what, type(error).__name__)
+def detach():
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            open('detached.pid', 'w').write(str(os.getpid()))
+            time.sleep(120)
+        os._exit(0)
+    while not os.path.exists('detached.pid'):
+        time.sleep(0.05)
 attempt('read secret', lambda: open({secret!r}).read())
 attempt('list course', lambda: os.listdir({course!r}))
 attempt('write outside', lambda: open({outside!r}, 'w').write('x'))
 attempt('tcp', lambda: socket.create_connection(('127.0.0.1', {port}), timeout=2))
+attempt('udp', lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'x', ('127.0.0.1', {udp_port})))
+attempt('unix socket', lambda: socket.socket(socket.AF_UNIX).connect({unix_path!r}))
 attempt('signal the grader', lambda: os.kill({grader}, signal.SIGCONT))
+attempt("read the grader's environment", lambda: open('/proc/{grader}/environ').read())
+attempt('detach a process', detach)
 open('mine.txt', 'w').write('ok')
 print('own folder', open('mine.txt').read(), 'secret' in repr(dict(os.environ)))
 """
 
 
-def probe(tmp_path, mode: str) -> str:
+@dataclass
+class Probe:
+    shown: str              # the probe's outputs
+    udp: bytes | None       # what reached the UDP listener
+    unix: bool              # whether the Unix socket listener was connected to
+    detached_alive: bool    # whether the process it detached outlived the notebook
+
+
+def probe(tmp_path, mode: str) -> Probe:
     course = tmp_path / "course"
     work = course / "grading" / ".staging" / "s" / "a"
     work.mkdir(parents=True)
@@ -43,37 +66,105 @@ def probe(tmp_path, mode: str) -> str:
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen()
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    udp.bind(("127.0.0.1", 0))
+    unix = socket.socket(socket.AF_UNIX)
+    unix.bind(str(tmp_path / "service.sock"))
+    unix.listen()
     code = PROBE.format(secret=str(secret), course=str(course / "solutions"), outside=str(course / "planted"),
-                        port=listener.getsockname()[1], grader=os.getpid())
+                        port=listener.getsockname()[1], udp_port=udp.getsockname()[1],
+                        unix_path=str(tmp_path / "service.sock"), grader=os.getpid())
     limits = Limits(cell_timeout=30, memory=1024**3, sandbox=mode, hidden=(str(course),))
     os.environ["GRADER_SECRET_TOKEN"] = "secret-token"
     try:
         result = execute([{"cell_type": "code", "source": code}], str(work), limits)
+        udp.setblocking(False)
+        unix.setblocking(False)
+        received = _try(lambda: udp.recv(10))
+        connected = _try(unix.accept) is not None
     finally:
         del os.environ["GRADER_SECRET_TOKEN"]
-        listener.close()
+        for sock in (listener, udp, unix):
+            sock.close()
     assert (course / "planted").exists() == (mode == "off")
     assert result.status == "graded", result
-    return json.dumps(result.outputs[0])
+    detached = int((work / "detached.pid").read_text())
+    alive = _alive(detached)
+    if alive:
+        os.kill(detached, signal.SIGKILL)
+    return Probe(json.dumps(result.outputs[0]), received, connected, alive)
+
+
+def _try(action):
+    try:
+        return action()
+    except OSError:
+        return None
+
+
+def _alive(pid: int) -> bool:
+    """Running, not a zombie waiting for its parent."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rpartition(")")[2].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
 
 
 @pytest.mark.slow
 def test_landlock_alone_keeps_files_network_and_signals_in(tmp_path):
     if sandbox.landlock_abi() < 6:
         pytest.skip(f"Landlock ABI {sandbox.landlock_abi()} here; signal scoping needs 6")
-    shown = probe(tmp_path, "landlock")
-    assert "GOT:" not in shown, shown
-    for what in ("read secret", "list course", "write outside", "tcp", "signal the grader"):
+    seen = probe(tmp_path, "landlock")
+    shown = seen.shown
+    assert "GOT:" not in shown.replace("GOT: detach a process", ""), shown
+    for what in ("read secret", "list course", "write outside", "tcp", "udp", "unix socket", "signal the grader",
+                 "read the grader's environment"):
         assert f"refused: {what}" in shown, shown
     assert "own folder ok False" in shown
+    assert (seen.udp, seen.unix, seen.detached_alive) == (None, False, False)
+
+
+@pytest.mark.slow
+def test_landlock_kills_what_a_notebook_leaves_when_the_grader_stops_it(tmp_path):
+    """A cell that swallows its time-out is stopped by the grader (SIGTERM); its detached process dies too."""
+    work = tmp_path / "work"
+    work.mkdir()
+    detach = PROBE.split("attempt('read secret'")[0] + "detach()"
+    stubborn = "import time\nwhile True:\n    try:\n        time.sleep(60)\n    except BaseException:\n        pass"
+    cells = [{"cell_type": "code", "source": detach}, {"cell_type": "code", "source": stubborn}]
+    result = execute(cells, str(work), Limits(cell_timeout=1, memory=1024**3, sandbox="landlock"))
+    assert (result.status, result.cell, result.detail) == ("timed out", 1, "did not stop when asked")
+    assert not _alive(int((work / "detached.pid").read_text()))
 
 
 @pytest.mark.slow
 def test_without_a_sandbox_the_same_code_gets_everything(tmp_path):
     """What --no-sandbox means: the probe above is not a test that cannot fail."""
-    shown = probe(tmp_path, "off")
-    for what in ("read secret", "list course", "write outside", "tcp", "signal the grader"):
-        assert f"GOT: {what}" in shown, shown
+    seen = probe(tmp_path, "off")
+    for what in ("read secret", "list course", "write outside", "tcp", "udp", "unix socket", "signal the grader",
+                 "read the grader's environment", "detach a process"):
+        assert f"GOT: {what}" in seen.shown, seen.shown
+    assert (seen.udp, seen.unix, seen.detached_alive) == (b"x", True, True)
+
+
+@pytest.mark.slow
+def test_the_working_folder_tmp_and_shm_share_one_size_cap(tmp_path):
+    """Their files are RAM (tmpfs) that RLIMIT_AS does not count: one cap for all three bounds it."""
+    size = int(sandbox.SCRATCH_SIZE.removesuffix("m")) * 1024**2 // 2 - 1024**2   # just under half the cap
+    code = f"""
+for path in ('here.bin', '/tmp/there.bin', '/dev/shm/shared.bin'):
+    try:
+        with open(path, 'wb') as f:
+            f.write(bytes({size}))
+        print('wrote', path)
+    except OSError as error:
+        print('refused', path, error.strerror)
+"""
+    limits = Limits(memory=1024**3, sandbox="namespaces")
+    result = execute([{"cell_type": "code", "source": code}], str(tmp_path), limits)
+    assert result.outputs[0][0]["text"].splitlines() == [
+        "wrote here.bin", "wrote /tmp/there.bin", "refused /dev/shm/shared.bin No space left on device"]
 
 
 def test_grading_refuses_without_a_sandbox_unless_told(monkeypatch):
@@ -127,3 +218,11 @@ def test_a_notebook_keeps_its_errors_but_not_endless_output():
         assert kept[-1][-1] == error  # a failing test stays failing
     assert kept[0] == [big, error] and kept[2] == [error]
     assert json.dumps(kept).count("this notebook's outputs passed") == 1
+
+
+def test_without_libseccomp_no_sandbox_is_offered(monkeypatch):
+    """Sockets could not be refused, so neither mode is complete: grade refuses unless told --no-sandbox."""
+    monkeypatch.setattr(sandbox, "seccomp", None)
+    assert sandbox.available() == "off"
+    with pytest.raises(sandbox.SandboxError, match="libseccomp"):
+        sandbox._deny_sockets()
