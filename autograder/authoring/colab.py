@@ -99,11 +99,12 @@ def binder_url(repository: str, path: str = "course", branch: str = "main") -> s
 
 
 def links_table(course: Course, repository: str, assignments: list[str] | None = None) -> str:
-    """The rows of a Markdown table: each student notebook (of ``assignments``, default all) with its links."""
+    """A Markdown table: each student notebook (of ``assignments``, default all) with its Colab and Binder links."""
     notebooks = sorted(p.relative_to(course.root).as_posix() for p in course.release.glob("*/*.ipynb")
                        if assignments is None or p.parent.name in assignments)
-    return "\n".join(f"| `{Path(n).stem}` | [Open in Colab]({colab_url(repository, n)}) "
-                     f"| [Launch Binder]({binder_url(repository, n)}) |" for n in notebooks)
+    return "| Assignment | Google Colab | Binder |\n|---|---|---|\n" + "\n".join(
+        f"| `{Path(n).stem}` | [Open in Colab]({colab_url(repository, n)}) "
+        f"| [Launch Binder]({binder_url(repository, n)}) |" for n in notebooks)
 
 
 def readme_links(course: Course) -> str:
@@ -112,7 +113,7 @@ def readme_links(course: Course) -> str:
     if repository is None:
         return ("Colab and Binder links to each notebook appear here once the course names the students' "
                 "repository (`student-repository` in `pyproject.toml`: see [From clone to class](#from-clone-to-class)).")
-    return "| Assignment | Google Colab | Binder |\n|---|---|---|\n" + links_table(course, repository)
+    return links_table(course, repository)
 
 
 def update_readme_links(course: Course) -> bool:
