@@ -3,9 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
+import secrets
 import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator, Sequence
 
 import pytest
 
@@ -14,6 +23,47 @@ from autograder.authoring.course import Course
 from autograder.grading.demo import make_demo
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+@contextmanager
+def running_jupyter(app: str, course: Course, env: dict[str, str], log_path: Path, options: Sequence[str] = (),
+                    timeout: float = 60) -> Iterator[tuple[str, str]]:
+    """``jupyter <app>`` (lab, server) on ``course.root`` at a free local port: yields (base URL, token).
+
+    It answers ``/api/status`` before this yields, and is stopped after (SIGTERM, then SIGKILL).
+    Its output goes to ``log_path``, whose end the failure shows if it exits or stays silent.
+    """
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    token, base = secrets.token_hex(16), f"http://127.0.0.1:{port}"
+    command = [sys.executable, "-m", "jupyter", app, "--no-browser", "--ServerApp.ip=127.0.0.1",
+               f"--ServerApp.port={port}", "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
+               f"--ServerApp.root_dir={course.root}", *options]
+    if os.geteuid() == 0:
+        command.append("--allow-root")  # Jupyter refuses to run as root otherwise
+    with log_path.open("w") as log:
+        server = subprocess.Popen(command, cwd=course.root, env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + timeout
+            while True:
+                if server.poll() is not None:
+                    pytest.fail(f"jupyter {app} exited ({server.returncode}) at start:\n{log_path.read_text()[-3000:]}")
+                try:
+                    urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2)
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        pytest.fail(f"jupyter {app} did not answer within {timeout} s:\n{log_path.read_text()[-3000:]}")
+                    time.sleep(0.3)
+            yield base, token
+        finally:
+            server.terminate()
+            try:
+                server.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
 
 
 @pytest.fixture(scope="session")

@@ -12,12 +12,9 @@ import csv
 import json
 import os
 import re
-import secrets
 import shutil
-import socket
 import subprocess
 import sys
-import time
 import urllib.parse
 import urllib.request
 from contextlib import contextmanager
@@ -29,7 +26,7 @@ from playwright.sync_api import expect, sync_playwright
 
 from autograder.authoring.course import Course
 from autograder.grading.demo.make_demo import DEMO_ROOT
-from conftest import REPO, nbgrader_meta, read_notebook, solution_answers, source
+from conftest import REPO, nbgrader_meta, read_notebook, running_jupyter, solution_answers, source
 
 pytestmark = pytest.mark.slow
 
@@ -105,12 +102,6 @@ class Steps:
             pass
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @contextmanager
 def jupyterlab(course: Course, scratch: Path) -> Iterator[tuple[str, str]]:
     """JupyterLab from this environment on the course at ``course.root``: yields (base URL, token).
@@ -119,7 +110,6 @@ def jupyterlab(course: Course, scratch: Path) -> Iterator[tuple[str, str]]:
     so the nbgrader Lab extension's Validate button and formgrader work on this copy. Lab's own
     state (settings, workspaces, runtime files) stays in ``scratch``.
     """
-    port, token = _free_port(), secrets.token_hex(16)
     env = course.environment()
     for variable, folder in (("JUPYTER_RUNTIME_DIR", "runtime"), ("JUPYTERLAB_SETTINGS_DIR", "settings"),
                              ("JUPYTERLAB_WORKSPACES_DIR", "workspaces")):
@@ -128,36 +118,8 @@ def jupyterlab(course: Course, scratch: Path) -> Iterator[tuple[str, str]]:
         path = scratch / "settings" / f"{plugin}.jupyterlab-settings"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(settings))
-    command = [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ServerApp.ip=127.0.0.1",
-               f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
-               f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={course.root}"]
-    if os.geteuid() == 0:
-        command.append("--allow-root")  # Jupyter refuses to run as root otherwise
-    log_path = scratch / "jupyterlab.log"
-    base = f"http://127.0.0.1:{port}"
-    with log_path.open("w") as log:
-        server = subprocess.Popen(command, cwd=course.root, env=env, stdout=log, stderr=subprocess.STDOUT)
-        try:
-            deadline = time.monotonic() + LAB_START_TIMEOUT
-            while True:
-                if server.poll() is not None:
-                    pytest.fail(f"JupyterLab exited ({server.returncode}) at start:\n{log_path.read_text()[-3000:]}")
-                try:
-                    urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2)
-                    break
-                except OSError:
-                    if time.monotonic() > deadline:
-                        pytest.fail(f"JupyterLab did not answer within {LAB_START_TIMEOUT} s:\n"
-                                    f"{log_path.read_text()[-3000:]}")
-                    time.sleep(0.3)
-            yield base, token
-        finally:
-            server.terminate()
-            try:
-                server.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
+    with running_jupyter("lab", course, env, scratch / "jupyterlab.log", timeout=LAB_START_TIMEOUT) as server:
+        yield server
 
 
 def _cell_index(notebook: dict, grade_id: str) -> int:

@@ -21,7 +21,6 @@ import html.parser
 import json
 import os
 import re
-import secrets
 import socket
 import subprocess
 import sys
@@ -37,6 +36,7 @@ import pytest
 from autograder.authoring.course import Course
 from autograder.grading import sandbox
 from autograder.grading.executor import NOTEBOOK_OUTPUT_CHARS
+from conftest import running_jupyter
 from test_robustness import (ASSIGNMENT, FORGOT_GRAD_OUTPUT, MAX_SCORE, NOTEBOOK, WRONG_CUBE, Notebooks, _course,
                              autograded, autograder, code_cell, grades_csv, gradebook_scores, hidden_lines,
                              write_submissions)
@@ -411,35 +411,11 @@ def test_the_formgrader_serves_the_submission_with_no_student_script(run):
 @contextmanager
 def jupyter_server(course: Course):
     """``jupyter server`` as `make lab` starts it on ``course`` (its environment: the course's nbgrader config)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    token, base = secrets.token_hex(16), f"http://127.0.0.1:{port}"
-    command = [sys.executable, "-m", "jupyter", "server", "--no-browser", "--ServerApp.ip=127.0.0.1",
-               f"--ServerApp.port={port}", "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
-               f"--ServerApp.root_dir={course.root}", "--allow-root",
-               # as nbgrader's install enables it (etc/jupyter/jupyter_server_config.d/nbgrader.json)
-               "--ServerApp.jpserver_extensions=nbgrader.server_extensions.formgrader=True"]
     env = {**course.environment(), "JUPYTER_RUNTIME_DIR": str(course.root / "grading" / ".runtime")}
-    server = subprocess.Popen(command, cwd=course.root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert server.poll() is None, server.stderr.read().decode()[-3000:]
-            try:
-                urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2)
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "jupyter server did not start within 60 s"
-                time.sleep(0.3)
-        yield base, token
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+    # The formgrader enabled as nbgrader's install enables it (etc/jupyter/jupyter_server_config.d/nbgrader.json).
+    with running_jupyter("server", course, env, course.root / "grading" / "jupyter-server.log",
+                         ["--ServerApp.jpserver_extensions=nbgrader.server_extensions.formgrader=True"]) as server:
+        yield server
 
 
 @pytest.mark.xfail(strict=True, raises=AssertionError,
