@@ -301,9 +301,16 @@ def _read_folder(cwd: str, limit: int = 256 * 1024**2) -> dict[str, bytes]:
 
 
 def _python_folders() -> list[str]:
-    """Where this interpreter imports from: shown read-only inside the hidden folders."""
-    folders = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
-    folders.update(p for p in sys.path if p and os.path.isabs(p))
+    """Where this interpreter imports installed code from: shown read-only inside the hidden folders.
+
+    Its prefixes (the standard library, site-packages) and the sys.path entries inside them. Other
+    entries (a project's root, put there by pytest or PYTHONPATH) are not shown: they may hold a
+    course's solutions, and one that others may not enter (a checkout in a 0700 folder) made every
+    module not yet imported unreachable below it. The course's own package is ``Policy.shown``.
+    """
+    prefixes = [p for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix) if p]
+    folders = set(prefixes)
+    folders.update(p for p in sys.path if p and os.path.isabs(p) and any(_under(p, q) for q in prefixes))
     return sorted({os.path.realpath(f) for f in folders if os.path.isdir(f)})
 
 
