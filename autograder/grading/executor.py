@@ -67,6 +67,7 @@ class Execution:
     cell: int | None = None         # index of the cell where that happened
     detail: str = ""                # what happened there, in a few words
     seconds: float = 0.0
+    judged: dict[int, int] = field(default_factory=dict)  # test cell index -> checks the referee decided
 
 
 # ----------------------------------------------------------------------------------------
@@ -106,19 +107,26 @@ def warm_up() -> None:
 
 
 def execute(cells: list[dict], cwd: str, limits: Limits = Limits(),
-            env: dict[str, str] | None = None) -> Execution:
+            env: dict[str, str] | None = None, trusted: dict | None = None) -> Execution:
     """Run the code ``cells`` (nbformat v4 dicts) in a fresh warm process in ``cwd``.
 
     What the child sends is untrusted (student code runs there and can write to the pipe): it
     is read as bytes, parsed as JSON and checked (``_Messages``), never unpickled.
+
+    With ``trusted`` (the instructor's cells, ``referee_cells``), a referee process
+    (``autograder.grading.referee``) runs each test cell again after the student's process has,
+    and a test cell whose checks the referee finds wrong fails, whatever the student's process said.
+    Cells to judge carry their ``grade_id``.
     """
     started = time.monotonic()
     if limits.sandbox == "auto":  # a Dask worker: its own machine decides
         limits = confine(limits, [])
     result = Execution()
     context = _context()
-    receive, send = context.Pipe(duplex=False)
-    child = context.Process(target=_child_main, args=(cells, cwd, limits, env or {}, send),
+    receive, send = context.Pipe(duplex=True)
+    judged = trusted is not None and any(c.get("grade_id") for c in cells)
+    referee = _Referee(context, trusted, limits) if judged else None
+    child = context.Process(target=_child_main, args=(cells, cwd, limits, env or {}, send, judged),
                             name="autograder-notebook", daemon=True)
     child.start()
     send.close()
@@ -151,6 +159,17 @@ def execute(cells: list[dict], cwd: str, limits: Limits = Limits(),
                     if status != "ok" and result.status == "graded":
                         result.status, result.cell = status, index
                     timed_out = timed_out or status == "timed out"
+                    if referee is not None and cells[index].get("grade_id"):
+                        result.judged[index], failure = referee.judge(cells[index]["grade_id"], receive, child)
+                        if failure and not any(o["output_type"] == "error" for o in outputs):
+                            _append(result, index, _error("AssertionError", failure))
+                        if referee.child_gone:
+                            why = referee.child_gone
+                            result.status, result.cell, result.detail = "kernel died", index, why
+                            running = "killed"
+                            break
+                        _tell(receive, ["continue"])
+                        cell_started = time.monotonic()
                 elif kind == "done":
                     done = True
                     break
@@ -175,6 +194,8 @@ def execute(cells: list[dict], cwd: str, limits: Limits = Limits(),
             elif not child.is_alive():
                 break
     finally:
+        if referee is not None:
+            referee.stop()
         child.join(1)
         if child.is_alive():
             child.terminate()
@@ -234,21 +255,7 @@ class _Messages:
 
     def read(self, connection, child, deadline: float) -> list:
         """The next message; EOFError when the process closed the pipe; ProtocolError when it is wrong."""
-        # A sender that announces a long message and stops writing would block recv_bytes: past the
-        # deadline, the child is killed, which closes the pipe.
-        watchdog = threading.Timer(max(1.0, deadline - time.monotonic()), child.kill)
-        watchdog.start()
-        try:
-            data = connection.recv_bytes(self.max_bytes)
-        except OSError as error:
-            raise ProtocolError(f"a message over {self.max_bytes} bytes") from error
-        finally:
-            watchdog.cancel()
-        try:
-            message = json.loads(data)
-        except ValueError:
-            raise ProtocolError("not JSON") from None
-        return self.check(message)
+        return self.check(_receive(connection, child, deadline, self.max_bytes))
 
     def check(self, message) -> list:
         if not isinstance(message, list) or not message or not isinstance(message[0], str):
@@ -294,6 +301,105 @@ class _Messages:
                 kept.append({"output_type": "stream", "name": "stdout", "text": (
                     f"... output left out: this notebook's outputs passed {NOTEBOOK_OUTPUT_CHARS} characters ...\n")})
         return kept
+
+
+def _receive(connection, process, deadline: float, max_bytes: int):
+    """One JSON message from ``process``; EOFError when it closed the pipe; ProtocolError when it is wrong."""
+    # A sender that announces a long message and stops writing would block recv_bytes: past the
+    # deadline, the process is killed, which closes the pipe.
+    watchdog = threading.Timer(max(1.0, deadline - time.monotonic()), process.kill)
+    watchdog.start()
+    try:
+        data = connection.recv_bytes(max_bytes)
+    except OSError as error:
+        raise ProtocolError(f"a message over {max_bytes} bytes") from error
+    finally:
+        watchdog.cancel()
+    try:
+        return json.loads(data)
+    except ValueError:
+        raise ProtocolError("not JSON") from None
+
+
+def _tell(connection, message: list) -> bool:
+    """Send ``message`` as JSON; False when the other end is gone."""
+    try:
+        connection.send_bytes(json.dumps(message).encode())
+        return True
+    except OSError:
+        return False
+
+
+class _Referee:
+    """The parent's side of the referee: starts it, and carries its questions to the student's process.
+
+    The referee asks (``["ask", request]``), the student's process answers (``["answer", reply]``),
+    and nothing else may come from the student's process meanwhile. A process that answers out of
+    turn, too late or not at all gets no more questions (``child_gone`` says why) and every check
+    it did not answer fails.
+    """
+
+    ANSWER_BYTES = 64 * 1024**2
+
+    def __init__(self, context, trusted: dict, limits: Limits) -> None:
+        import tempfile
+
+        self.limits, self.child_gone, self.timed_out = limits, "", False
+        self.folder = tempfile.mkdtemp(prefix="autograder-referee-")
+        self.connection, their_end = context.Pipe(duplex=True)
+        self.process = context.Process(target=_referee_main, args=(trusted, self.folder, limits, their_end),
+                                       name="autograder-referee", daemon=True)
+        self.process.start()
+        their_end.close()
+
+    def judge(self, grade_id: str, student, child) -> tuple[int, str | None]:
+        """Have the referee run test ``grade_id``: (how many checks it decided, its failure message or None)."""
+        deadline = lambda: time.monotonic() + self.limits.cell_timeout + 60.0  # noqa: E731 (trusted: a bug, not an attack)
+        if not _tell(self.connection, ["judge", grade_id]):
+            return 0, "the grader's own check of this cell could not run (its process is gone)"
+        while True:
+            try:
+                message = _receive(self.connection, self.process, deadline(), self.ANSWER_BYTES)
+            except (EOFError, ProtocolError) as error:
+                return 0, f"the grader's own check of this cell could not run ({error or 'its process ended'})"
+            if message[0] == "verdict":
+                return message[1], message[2]
+            if message[0] != "ask":
+                return 0, f"the grader's own check of this cell failed: {str(message[-1]).strip()[-300:]}"
+            self._tell_referee(["answer", self._ask(message[1], student, child)])
+
+    def _ask(self, request: dict, student, child) -> dict | None:
+        if self.timed_out:  # one check that ran out of time is enough: the others fail at once
+            return {"error": "TimeoutError: an earlier check of this notebook ran out of time"}
+        if self.child_gone or not _tell(student, ["ask", request]):
+            self.child_gone = self.child_gone or "the notebook's process ended before the grader's checks"
+            return None
+        try:
+            reply = _receive(student, child, time.monotonic() + self.limits.cell_timeout + 5.0, self.ANSWER_BYTES)
+        except (EOFError, ProtocolError) as error:
+            child.kill()
+            self.child_gone = f"the notebook's process did not answer the grader's check ({error or 'it ended'})"
+            return None
+        if not (isinstance(reply, list) and len(reply) == 2 and reply[0] == "answer" and isinstance(reply[1], dict)):
+            child.kill()
+            self.child_gone = "the notebook's process sent the grader an invalid message (not an answer)"
+            return None
+        self.timed_out = str(reply[1].get("error")).startswith("TimeoutError")
+        return reply[1]
+
+    def _tell_referee(self, message: list) -> None:
+        _tell(self.connection, message)
+
+    def stop(self) -> None:
+        import shutil
+
+        _tell(self.connection, ["stop"])
+        self.process.join(5)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join()
+        self.connection.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 def _check_output(output: dict) -> None:
@@ -385,8 +491,11 @@ class CellTimeout(BaseException):
     in student code does not swallow it)."""
 
 
-def _child_main(cells, cwd, limits: Limits, env, connection) -> None:
-    """Run every code cell and send ("start", i) / ("end", i, outputs, count, status) / ("done",)."""
+def _child_main(cells, cwd, limits: Limits, env, connection, judged: bool = False) -> None:
+    """Run every code cell and send ("start", i) / ("end", i, outputs, count, status) / ("done",).
+
+    With ``judged``, after each test cell (one with a ``grade_id``) answer the referee's questions
+    until the grader says ``continue``."""
     try:
         _isolate(cwd, limits, env, connection.fileno())
         from autograder.grading import warm
@@ -427,9 +536,59 @@ def _child_main(cells, cwd, limits: Limits, env, connection) -> None:
             outputs, status = recorder.end()
             timed_out = timed_out or status == "timed out"
             _send(connection, ["end", index, outputs, shell.execution_count - 1, status])
+            if judged and cell.get("grade_id"):
+                _answer_referee(connection, shell, limits)
         _send(connection, ["done"])
         connection.close()
     except BaseException as error:  # a bug here, not in the student's code: say so
+        import traceback
+
+        try:
+            _send(connection, ["crash", "".join(traceback.format_exception(error))])
+        except Exception:
+            pass
+    finally:
+        os._exit(0)
+
+
+def _answer_referee(connection, shell, limits: Limits) -> None:
+    """Answer the referee's questions about this notebook's Functions until told to go on."""
+    from autograder.grading import referee
+
+    while True:
+        message = json.loads(connection.recv_bytes())
+        if message[0] != "ask":
+            return
+        signal.setitimer(signal.ITIMER_REAL, limits.cell_timeout)
+        try:
+            reply = referee.answer(message[1], shell.user_ns)
+        except CellTimeout:
+            reply = {"error": f"TimeoutError: timed out after {limits.cell_timeout:g} s"}
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        _send(connection, ["answer", reply])
+
+
+def _referee_main(trusted: dict, folder: str, limits: Limits, connection) -> None:
+    """The referee's process: sandboxed like a notebook, it judges test cells when asked (never runs student code)."""
+    try:
+        _isolate(folder, limits, {}, connection.fileno())
+        from autograder.grading.referee import Referee
+
+        def ask(request: dict):
+            _send(connection, ["ask", request])
+            return json.loads(connection.recv_bytes())[1]
+
+        judge = Referee(trusted["cells"], trusted["student_names"], ask)
+        while True:
+            message = json.loads(connection.recv_bytes())
+            if message[0] != "judge":
+                break
+            judged, failure = judge.judge_cell(message[1])
+            _send(connection, ["verdict", judged, failure])
+    except EOFError:
+        pass
+    except BaseException as error:  # a bug in the grader: the parent fails the cell and says so
         import traceback
 
         try:

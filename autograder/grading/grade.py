@@ -44,7 +44,7 @@ from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, Clea
                                     SaveAutoGrades)
 
 from autograder.authoring.course import Course, CourseError
-from autograder.grading import deadlines, sandbox
+from autograder.grading import deadlines, referee, sandbox
 from autograder.grading.executor import Execution, Limits, SandboxRefused, confine, execute, warm_up
 from autograder.grading.fingerprint import graded_with, submission_digest, why_regrade
 from autograder.grading.terminal import GradingProgress
@@ -86,6 +86,7 @@ class Task:
     cwd: str
     limits: Limits
     env: dict[str, str]
+    trusted: dict | None = None   # the instructor's cells, for the referee (autograder.grading.referee)
 
 
 def run_task(task: Task) -> Execution:
@@ -95,7 +96,7 @@ def run_task(task: Task) -> Execution:
     if multiprocessing.current_process().daemon:
         raise CourseError("this Dask worker may not start processes: start workers with "
                           "DASK_DISTRIBUTED__WORKER__DAEMON=False (see README, 'Grading on a cluster')")
-    return execute(task.cells, task.cwd, task.limits, task.env)
+    return execute(task.cells, task.cwd, task.limits, task.env, task.trusted)
 
 
 def grade(course: Course, assignment: str, jobs: int | None = None, limits: Limits | None = None,
@@ -229,6 +230,7 @@ class _Grader:
         self.results: dict[str, list[Execution]] = {}
         # The sanitized notebooks, kept here: student code runs in the staging folder and may overwrite them.
         self.sanitized: dict[tuple[str, str], object] = {}
+        self.trusted: dict[str, dict] = {}  # notebook -> the instructor's cells the referee runs
         with Gradebook(self.db_url, self.coursedir.course_id) as gb:
             if self.deadline_managed:
                 deadlines.record_due_date(gb, assignment, self.deadline)
@@ -327,8 +329,18 @@ class _Grader:
             env = {"NBGRADER_EXECUTION": "autograde", "MPLBACKEND": "module://matplotlib_inline.backend_inline"}
             # Plain dicts of what the worker needs: unpickling nbformat's classes would import nbformat there.
             cells = [{"cell_type": str(c.cell_type), "source": str(c.source)} for c in nb.cells]
-            tasks.append(Task(student, notebook_id, cells, str(staging), self.limits, env))
+            for cell, original in zip(cells, nb.cells):
+                if original.cell_type == "code" and referee.test_cell_id(original):
+                    cell["grade_id"] = referee.test_cell_id(original)
+            tasks.append(Task(student, notebook_id, cells, str(staging), self.limits, env, self._trusted(notebook_id)))
         return row, tasks
+
+    def _trusted(self, notebook_id: str) -> dict:
+        """The instructor's cells the referee runs, read once per notebook from the source."""
+        if notebook_id not in self.trusted:
+            with open(self.course.solutions / self.assignment / f"{notebook_id}.ipynb", encoding="utf-8") as file:
+                self.trusted[notebook_id] = referee.trusted_cells(json.load(file))
+        return self.trusted[notebook_id]
 
     def _copy_course_files(self, staging: Path) -> None:
         """Data files beside the source notebook, as nbgrader copies them for autograde."""

@@ -1,0 +1,376 @@
+"""The referee: re-decides a notebook's value checks in a process that never runs student code.
+
+A test cell runs in the student's own process, so student code can reach whatever decides its
+verdict there (IPython's shell, the output recorder, the pipe to the grader) and forge it. The
+referee is a second process, forked from the same warm process and sandboxed the same way, that
+holds the instructor's copy of the tests and never executes a line the student wrote. After a
+test cell has run in the student's process, the referee runs that cell again itself:
+
+- every name the solution cells define (``Cube``, ``Net``) is a ``StudentObject``: a name only,
+  which the referee cannot call or inspect; a statement that needs one is skipped, and every name
+  it assigns, and every tensor or container it uses, becomes ``UNAVAILABLE``;
+- ``check_function(F, reference, *args)`` and ``check_forward(...)`` on a student's Function are
+  answered by ``Referee.judge``: the referee computes the reference itself, in float64, on the
+  cell's own inputs (drawn from the referee's random generator, seeded from ``os.urandom``, so a
+  recorded answer is useless) and fresh random upstream gradients, and asks the student's process
+  only "apply F to these tensors; backward with these upstream gradients; send the tensors back"
+  (``answer``). The student's reply is plain data (JSON with tensors as base64 bytes), checked
+  before use. A wrong value, an error, or no reply fails the test cell, whatever the student's
+  process reported for it.
+
+What the referee cannot judge stays with the student's process: assertions about what a Function
+saved, graph node names, in-place identity, modules, plain functions. And a student who knows the
+right values can still hand them back without writing the Function (README, threat model).
+"""
+
+from __future__ import annotations
+
+import ast
+import base64
+import builtins
+import os
+import types
+
+DTYPES = ("float16", "bfloat16", "float32", "float64", "uint8", "int8", "int16", "int32", "int64", "bool")
+MAX_ELEMENTS = 4_000_000        # per tensor a student's process may send back
+JUDGES = ("check_function", "check_forward")
+SKIPPED_OPTIONS = {"vmap", "forward_ad", "double_backward", "compile", "autograd_in_backward"}  # judged in-process only
+
+
+class Unsupported(Exception):
+    """A statement the referee cannot run without the student's objects: it is skipped."""
+
+
+class StudentObject:
+    """A name defined by the student's solution cells: the referee may pass it to a judge, nothing else."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        object.__setattr__(self, "name", name)
+
+    def __getattr__(self, attribute):
+        raise Unsupported(f"{self.name}.{attribute} lives in the student's process")
+
+    def __call__(self, *args, **kwargs):
+        raise Unsupported(f"{self.name}() runs student code")
+
+    def __repr__(self) -> str:
+        return f"<the student's {self.name}>"
+
+
+class _Unavailable:
+    """A value the referee could not compute (its statement was skipped): any use skips the statement."""
+
+    def __getattr__(self, attribute):
+        raise Unsupported("a value the referee could not compute")
+
+    def __call__(self, *args, **kwargs):
+        raise Unsupported("a value the referee could not compute")
+
+    def __bool__(self):
+        raise Unsupported("a value the referee could not compute")
+
+    def __iter__(self):
+        raise Unsupported("a value the referee could not compute")
+
+
+UNAVAILABLE = _Unavailable()
+
+
+# ----------------------------------------------------------------------------------------
+# Tensors on the wire (both sides)
+
+
+def encode(value):
+    """A tensor or a JSON scalar as plain data; anything else raises Unsupported."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        tensor = value.detach().cpu().contiguous()
+        dtype = str(tensor.dtype).removeprefix("torch.")
+        if dtype not in DTYPES or tensor.numel() > MAX_ELEMENTS or tensor.is_sparse or tensor.is_quantized:
+            return {"other": f"a {dtype} tensor of {tensor.numel()} elements"}
+        raw = tensor.reshape(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b""
+        return {"tensor": dtype, "shape": list(tensor.shape), "data": base64.b64encode(raw).decode()}
+    if value is None or type(value) in (bool, int, float):
+        return {"value": value}
+    raise Unsupported(f"a {type(value).__name__} argument")
+
+
+def decode(data):
+    """The value ``encode`` made, checked: a malformed or oversized tensor raises ValueError."""
+    import torch
+
+    if not isinstance(data, dict):
+        raise ValueError("not an encoded value")
+    if set(data) == {"value"} and (data["value"] is None or type(data["value"]) in (bool, int, float)):
+        return data["value"]
+    if set(data) != {"tensor", "shape", "data"} or data["tensor"] not in DTYPES:
+        raise ValueError("not an encoded tensor")
+    shape = data["shape"]
+    if not (isinstance(shape, list) and len(shape) <= 16 and all(type(n) is int and 0 <= n <= MAX_ELEMENTS for n in shape)):
+        raise ValueError("a bad tensor shape")
+    count = 1
+    for n in shape:
+        count *= n
+    dtype = getattr(torch, data["tensor"])
+    if count > MAX_ELEMENTS or not isinstance(data["data"], str):
+        raise ValueError("a tensor too large")
+    raw = base64.b64decode(data["data"], validate=True)
+    if len(raw) != count * torch.empty((), dtype=dtype).element_size():
+        raise ValueError("a tensor whose bytes do not match its shape")
+    if not count:
+        return torch.empty(shape, dtype=dtype)
+    return torch.frombuffer(bytearray(raw), dtype=dtype).reshape(shape).clone()
+
+
+# ----------------------------------------------------------------------------------------
+# Student side: runs in the student's process, answers one request.
+
+
+def answer(request: dict, namespace: dict) -> dict:
+    """Apply the student's Function as asked and send back its outputs and gradients (or the error)."""
+    import torch
+
+    try:
+        function = namespace.get(request["apply"])
+        if not (isinstance(function, type) and issubclass(function, torch.autograd.Function)):
+            return {"error": f"NameError: {request['apply']} is not a torch.autograd.Function subclass here"}
+        args = [decode(a) for a in request["args"]]
+        leaves = [a.requires_grad_(True) if wanted else a for a, wanted in zip(args, request["grad"])]
+        call = [a.clone() if wanted and request["inplace"] else a for a, wanted in zip(leaves, request["grad"])]
+        with torch.enable_grad():
+            outputs = function.apply(*call)
+        outputs = tuple(outputs) if isinstance(outputs, (tuple, list)) else (outputs,)
+        reply = {"error": None, "outputs": [_encode_output(o) for o in outputs], "grads": None}
+        upstream = request["upstream"]
+        if upstream is not None and len(upstream) == len(outputs):
+            used = [(o, decode(u)) for o, u in zip(outputs, upstream) if u is not None]
+            wrt = [leaf for leaf, wanted in zip(leaves, request["grad"]) if wanted]
+            grads = iter(torch.autograd.grad([o for o, _ in used], wrt, [u for _, u in used], allow_unused=True))
+            reply["grads"] = [_encode_output(next(grads)) if wanted else {"value": None} for wanted in request["grad"]]
+        return reply
+    except Exception as error:  # the student's code failed: the referee says so in the test cell
+        return {"error": f"{type(error).__name__}: {str(error)[:300]}"}
+
+
+def _encode_output(value) -> dict:
+    try:
+        return encode(value)
+    except Unsupported:
+        return {"other": type(value).__name__}
+
+
+# ----------------------------------------------------------------------------------------
+# Referee side: runs in the referee's process, never runs student code.
+
+
+def trusted_cells(notebook: dict) -> dict:
+    """What the referee needs from the instructor's notebook (nbformat v4, as a dict): its given and
+    test code cells in order, and the names its solution cells define (the student's, in grading)."""
+    cells, solutions = [], []
+    for cell in notebook["cells"]:
+        if cell["cell_type"] != "code":
+            continue
+        source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+        nbgrader = cell.get("metadata", {}).get("nbgrader", {})
+        if nbgrader.get("solution"):
+            solutions.append(source)
+        elif nbgrader.get("grade"):
+            cells.append({"kind": "test", "grade_id": nbgrader["grade_id"], "source": source})
+        else:
+            cells.append({"kind": "given", "grade_id": None, "source": source})
+    return {"cells": cells, "student_names": solution_names(solutions)}
+
+
+def test_cell_id(cell: dict) -> str | None:
+    """The grade_id of a graded test cell (nbgrader metadata), else None."""
+    nbgrader = cell.get("metadata", {}).get("nbgrader", {})
+    return nbgrader.get("grade_id") if nbgrader.get("grade") and not nbgrader.get("solution") else None
+
+
+def solution_names(sources: list[str]) -> list[str]:
+    """The names the solution cells bind at top level (classes, functions, variables)."""
+    names = []
+    for source in sources:
+        for node in _statements(source):
+            if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                names.append(node.name)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                names += _stored_names(node)
+    return sorted(set(names))
+
+
+def _statements(source: str) -> list[ast.stmt]:
+    """A cell's top-level statements; IPython magics become calls the referee will skip."""
+    try:
+        return ast.parse(source).body
+    except SyntaxError:
+        from IPython.core.inputtransformer2 import TransformerManager
+
+        try:
+            return ast.parse(TransformerManager().transform_cell(source)).body
+        except SyntaxError:
+            return []
+
+
+def _stored_names(node: ast.AST) -> list[str]:
+    return [n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del))]
+
+
+def _loaded_names(node: ast.AST) -> list[str]:
+    return [n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)]
+
+
+class Referee:
+    """One notebook's tests, run again with the student's objects out of reach.
+
+    ``cells`` are the instructor's code cells in notebook order, each ``{"kind": "given" | "test",
+    "grade_id": ..., "source": ...}``; ``ask(request) -> reply`` reaches the student's process.
+    """
+
+    def __init__(self, cells: list[dict], student_names: list[str], ask) -> None:
+        import torch
+
+        torch.manual_seed(int.from_bytes(os.urandom(8), "little") >> 1)
+        self.cells, self.ask, self.next_given = cells, ask, 0
+        self.namespace = {"__name__": "__main__", "__builtins__": builtins}
+        self.namespace.update({name: StudentObject(name) for name in student_names})
+        self.namespace.update({name: getattr(self, name) for name in JUDGES})
+        self.failures: list[str] = []
+        self.judged = 0
+
+    def judge_cell(self, grade_id: str) -> tuple[int, str | None]:
+        """Run the test ``grade_id``; return (how many checks the referee decided, the first failure or None)."""
+        position = next((i for i, c in enumerate(self.cells) if c["kind"] == "test" and c["grade_id"] == grade_id), None)
+        if position is None:
+            return 0, None
+        for cell in self.cells[self.next_given:position]:
+            if cell["kind"] == "given":
+                self._run(cell["source"], definitions_only=True)
+        self.next_given = max(self.next_given, position)
+        self.judged, self.failures = 0, []
+        self._run(self.cells[position]["source"], definitions_only=False)
+        return self.judged, (self.failures[0] if self.failures else None)
+
+    def _run(self, source: str, definitions_only: bool) -> None:
+        for statement in _statements(source):
+            if definitions_only and not _is_definition(statement):
+                continue
+            if isinstance(statement, ast.Assert):
+                continue  # asserts about the student's objects are the student's process's to decide
+            try:
+                exec(compile(ast.Module([statement], []), "<test>", "exec"), self.namespace)
+            except BaseException:  # noqa: BLE001 (any failure here only means: not decidable outside)
+                self._make_unavailable(statement)
+            for name in JUDGES:
+                self.namespace[name] = getattr(self, name)
+
+    def _make_unavailable(self, statement: ast.stmt) -> None:
+        """What a skipped statement assigned, and every tensor or container it used, may now be wrong."""
+        for name in _stored_names(statement):
+            self.namespace[name] = UNAVAILABLE
+        for name in _loaded_names(statement):
+            if not _kept(self.namespace.get(name)):
+                self.namespace[name] = UNAVAILABLE
+
+    def check_function(self, function, reference, *args, rtol: float = 1e-6, atol: float = 1e-8,
+                       inplace: bool = False, constants: tuple = (), **options) -> None:
+        """What the test's ``check_function`` call decides from values: outputs and gradients."""
+        self._judge(function, reference, args, rtol, atol, inplace, constants, options, backward=True)
+
+    def check_forward(self, function, reference, *args, rtol: float = 1e-6, atol: float = 1e-8,
+                      inplace: bool = False) -> None:
+        """What the test's ``check_forward`` call decides: forward's outputs."""
+        self._judge(function, reference, args, rtol, atol, inplace, (), {}, backward=False)
+
+    def _judge(self, function, reference, args, rtol, atol, inplace, constants, options, backward) -> None:
+        import torch
+
+        if not isinstance(function, StudentObject) or set(options) - SKIPPED_OPTIONS:
+            raise Unsupported("not a check of the student's Function")
+        if any(not isinstance(c, int) for c in constants):
+            raise Unsupported("constants named, not numbered")
+        grad = [isinstance(a, torch.Tensor) and a.is_floating_point() and i not in constants
+                for i, a in enumerate(args)]
+        leaves = [a.detach().to(torch.float64).clone().requires_grad_(wanted) if isinstance(a, torch.Tensor)
+                  and a.is_floating_point() else a.clone() if isinstance(a, torch.Tensor) else a
+                  for a, wanted in zip(args, grad)]
+        request = {"apply": function.name, "args": [encode(a) for a in leaves], "grad": grad,
+                   "inplace": bool(inplace), "upstream": None}
+        with torch.enable_grad():
+            expected = reference(*[a.clone() if w and inplace else a for a, w in zip(leaves, grad)])
+        expected = tuple(expected) if isinstance(expected, (tuple, list)) else (expected,)
+        upstream = []
+        if backward:
+            upstream = [torch.randn_like(e) if isinstance(e, torch.Tensor) and e.requires_grad else None
+                        for e in expected]
+            request["upstream"] = [None if u is None else encode(u) for u in upstream]
+        problem = self._compare(function.name, leaves, grad, expected, upstream, self.ask(request), rtol, atol)
+        self.judged += 1
+        if problem:
+            self.failures.append(f"{function.name}: {problem} (found by the grader's own check, which repeats this "
+                                 f"cell's checks outside your notebook's process, on new random inputs)")
+            raise AssertionError(self.failures[-1])
+
+    @staticmethod
+    def _compare(name, leaves, grad, expected, upstream, reply, rtol, atol) -> str | None:
+        """What is wrong with the student's reply, or None when outputs (and gradients) match."""
+        import torch
+
+        from autograder.student.checker.references import _close
+
+        if not isinstance(reply, dict):
+            return "could not be checked: your notebook's process sent no answer"
+        if reply.get("error") is not None:
+            return f"raised {str(reply['error'])[:300]}"
+        try:
+            outputs = [decode(o) if isinstance(o, dict) and "other" not in o else o for o in reply["outputs"]]
+        except (KeyError, TypeError, ValueError) as error:
+            return f"could not be checked: your notebook's process sent a malformed answer ({error})"
+        if len(outputs) != len(expected):
+            return f"forward returned {len(outputs)} outputs, the reference {len(expected)}"
+        for k, (got, want) in enumerate(zip(outputs, expected)):
+            if not isinstance(want, torch.Tensor):
+                continue
+            if not isinstance(got, torch.Tensor):
+                return f"forward's output {k} is not a tensor"
+            if got.shape != want.shape or got.dtype != want.dtype:
+                return (f"forward's output {k} has shape {list(got.shape)} and dtype {got.dtype}, expected "
+                        f"{list(want.shape)} and {want.dtype}")
+            if not (_close(got, want, rtol, atol) if want.is_floating_point() else torch.equal(got, want)):
+                return f"forward's output {k} is wrong"
+        if not any(u is not None for u in upstream):
+            return None
+        used = [(e, u) for e, u in zip(expected, upstream) if u is not None]
+        wrt = [leaf for leaf, wanted in zip(leaves, grad) if wanted]
+        right = torch.autograd.grad([e for e, _ in used], wrt, [u for _, u in used], allow_unused=True)
+        try:
+            grads = [decode(g) for g in reply["grads"]]
+        except (KeyError, TypeError, ValueError) as error:
+            return f"could not be checked: your notebook's process sent malformed gradients ({error})"
+        if len(grads) != len(leaves):
+            return "could not be checked: your notebook's process sent the wrong number of gradients"
+        for i, (got, want) in enumerate(zip([g for g, w in zip(grads, grad) if w], right)):
+            position = [j for j, w in enumerate(grad) if w][i]
+            want = torch.zeros_like(wrt[i]) if want is None else want
+            got = torch.zeros_like(want) if got is None else got
+            if not isinstance(got, torch.Tensor) or not _close(got, want, rtol, atol):
+                return f"backward's gradient for input {position + 1} is wrong"
+        return None
+
+
+def _is_definition(statement: ast.stmt) -> bool:
+    """Statements of the instructor's given cells the referee runs: imports, functions, classes, simple names."""
+    if isinstance(statement, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.ClassDef)):
+        return True
+    return isinstance(statement, ast.Assign) and isinstance(statement.value, (ast.Lambda, ast.Name, ast.Attribute,
+                                                                                ast.Constant))
+
+
+def _kept(value) -> bool:
+    """Values a skipped statement cannot have changed: modules, functions, classes, numbers, strings."""
+    return value is None or isinstance(value, (types.ModuleType, types.FunctionType, types.BuiltinFunctionType,
+                                                type, StudentObject, _Unavailable, bool, int, float, complex, str,
+                                                bytes, types.MethodType))

@@ -1,0 +1,176 @@
+"""The referee decides a test cell's value checks without running student code (autograder.grading.referee).
+
+Here the student's side is the real ``answer`` function applied to a real namespace, reached
+through a JSON round trip as the pipe carries it; the notebooks' own test cells are judged.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from autograder.grading import referee
+from autograder.grading.executor import Limits, execute
+
+ROOT = Path(__file__).resolve().parents[2]
+NOTEBOOK = ROOT / "solutions" / "01_first_function" / "01_first_function.ipynb"
+IMPORTS = {"kind": "given", "grade_id": None, "source": "import torch\nfrom autograder import check_function"}
+WRONG_BACKWARD = ("return grad_output * 3 * x ** 2", "return grad_output * 3 * x")
+
+
+def _notebook() -> dict:
+    return json.loads(NOTEBOOK.read_text())
+
+
+def _solution_sources(replace: tuple[str, str] | None = None) -> list[str]:
+    sources = ["".join(c["source"]) for c in _notebook()["cells"]
+               if c["cell_type"] == "code" and c["metadata"].get("nbgrader", {}).get("solution")]
+    return [s.replace(*replace) for s in sources] if replace else sources
+
+
+def _student(replace=None) -> dict:
+    namespace = {"torch": torch, "nn": torch.nn}
+    for source in _solution_sources(replace):
+        exec(source, namespace)
+    return namespace
+
+
+def _asker(namespace: dict, log: list | None = None):
+    def ask(request):
+        reply = json.loads(json.dumps(referee.answer(json.loads(json.dumps(request)), namespace)))
+        if log is not None:
+            log.append(reply)
+        return reply
+    return ask
+
+
+def _judge(ask, test: str) -> tuple[int, str | None]:
+    trusted = referee.trusted_cells(_notebook())
+    return referee.Referee(trusted["cells"], trusted["student_names"], ask).judge_cell(test)
+
+
+def test_the_instructors_cells_hold_no_solution_and_name_the_students_objects():
+    trusted = referee.trusted_cells(_notebook())
+    assert trusted["student_names"] == ["Cube", "Net", "Poly", "PolyFunction", "Sqrt"]
+    shipped = "".join(c["source"] for c in trusted["cells"])
+    assert all(source not in shipped for source in _solution_sources())
+    assert [c["grade_id"] for c in trusted["cells"] if c["kind"] == "test"] == [
+        "test_cube_forward", "test_cube_backward", "test_sqrt", "test_poly_function", "test_net"]
+
+
+def test_a_right_function_passes_every_check_the_referee_decides():
+    judged, failure = _judge(_asker(_student()), "test_cube_backward")
+    assert (judged, failure) == (4, None)
+
+
+def test_a_wrong_gradient_fails_with_a_message_that_shows_no_test_line():
+    judged, failure = _judge(_asker(_student(WRONG_BACKWARD)), "test_cube_backward")
+    assert judged == 4 and failure.startswith("Cube: backward's gradient for input 1 is wrong")
+    hidden = "check_function(Cube, lambda x: x ** 3, torch.randn(4, 5))"
+    assert hidden not in failure and "torch.randn" not in failure
+
+
+def test_recorded_answers_are_useless_because_inputs_and_upstream_gradients_are_new_each_time():
+    recorded: list = []
+    assert _judge(_asker(_student(), recorded), "test_cube_backward") == (4, None)
+    replay = iter(recorded)
+    judged, failure = _judge(lambda request: next(replay), "test_cube_backward")
+    # Even the visible check's literal input gets new random upstream gradients: the replay fails at once.
+    assert judged == 4 and failure.startswith("Cube: backward's gradient for input 1 is wrong")
+
+
+def test_checks_on_values_the_referee_cannot_compute_are_left_to_the_students_process():
+    cells = [IMPORTS, {"kind": "test", "grade_id": "t", "source": (
+        "y = Cube.apply(torch.randn(3))\n"          # needs the student's object: skipped, y unavailable
+        "check_function(Cube, lambda x: x ** 3, y)\n"  # so this cannot be decided here
+        "assert False, 'asserts are decided by the student process'\n"
+        "check_function(Cube, lambda x: x ** 3, torch.randn(2))\n")}]
+    asked = []
+    judge = referee.Referee(cells, ["Cube"], lambda request: asked.append(request) or
+                            referee.answer(request, _student()))
+    assert judge.judge_cell("t") == (1, None)
+    assert len(asked) == 1 and asked[0]["args"][0]["shape"] == [2]
+
+
+@pytest.mark.parametrize("reply, says", [
+    (None, "sent no answer"),
+    ("not a dict", "sent no answer"),
+    ({"error": None, "outputs": [{"tensor": "float64", "shape": [5], "data": "!!"}], "grads": []}, "malformed"),
+    ({"error": None, "outputs": [{"tensor": "float64", "shape": [10**9], "data": ""}], "grads": []}, "malformed"),
+    ({"error": None, "outputs": [{"tensor": "complex128", "shape": [1], "data": ""}], "grads": []}, "malformed"),
+    ({"error": None, "outputs": [{"tensor": "float64", "shape": [2],
+                                  "data": base64.b64encode(b"\0" * 8).decode()}], "grads": []}, "malformed"),
+    ({"error": None, "outputs": [{"other": "str"}], "grads": []}, "is not a tensor"),
+    ({"error": None, "outputs": [], "grads": []}, "returned 0 outputs"),
+    ({"error": "RuntimeError: no"}, "raised RuntimeError: no"),
+])
+def test_whatever_the_students_process_sends_back_is_checked_and_fails_the_check(reply, says):
+    cells = [IMPORTS, {"kind": "test", "grade_id": "t", "source": "check_function(Cube, lambda x: x ** 3, torch.randn(3))"}]
+    judged, failure = referee.Referee(cells, ["Cube"], lambda request: reply).judge_cell("t")
+    assert judged == 1 and says in failure
+
+
+def test_a_forward_only_check_asks_for_no_gradient():
+    cells = [IMPORTS, {"kind": "test", "grade_id": "t", "source": "check_forward(Cube, lambda x: x ** 3, torch.randn(3))"}]
+    asked = []
+    namespace = _student(WRONG_BACKWARD)
+    judge = referee.Referee(cells, ["Cube"], lambda r: asked.append(r) or referee.answer(r, namespace))
+    assert judge.judge_cell("t") == (1, None) and asked[0]["upstream"] is None
+
+
+def _cells(replace=None, extra: str = "") -> list[dict]:
+    cells = []
+    for cell in _notebook()["cells"]:
+        source = "".join(cell["source"])
+        if cell["cell_type"] == "code" and cell["metadata"].get("nbgrader", {}).get("solution") and replace:
+            source = source.replace(*replace)
+        if "class Cube" in source:
+            source += extra
+        cell = {"cell_type": cell["cell_type"], "source": source}
+        if referee.test_cell_id(_notebook()["cells"][len(cells)]):
+            cell["grade_id"] = referee.test_cell_id(_notebook()["cells"][len(cells)])
+        cells.append(cell)
+    return cells
+
+
+def _errors(result, cells, test: str) -> list[str]:
+    index = next(i for i, c in enumerate(cells) if c.get("grade_id") == test)
+    return [o["evalue"] for o in result.outputs[index] if o["output_type"] == "error"]
+
+
+@pytest.mark.slow
+def test_in_grading_a_forged_pass_is_overruled_and_an_honest_notebook_keeps_every_point(tmp_path):
+    trusted = referee.trusted_cells(_notebook())
+    honest = execute(_cells(), str(tmp_path), Limits(cell_timeout=30), {}, trusted)
+    assert honest.status == "graded" and all(not _errors(honest, _cells(), t) for t in
+                                               ("test_cube_backward", "test_sqrt", "test_poly_function"))
+    assert sum(honest.judged.values()) >= 11
+    # Wrong backward, and every later cell "passes" because run_cell no longer runs anything.
+    forged = _cells(WRONG_BACKWARD, "\nget_ipython().run_cell = lambda *args, **kwargs: None\n")
+    result = execute(forged, str(tmp_path), Limits(cell_timeout=30), {}, trusted)
+    assert any("backward's gradient for input 1 is wrong" in e for e in _errors(result, forged, "test_cube_backward"))
+    assert any("Sqrt" in e for e in _errors(result, forged, "test_sqrt"))
+
+
+@pytest.mark.slow
+def test_a_student_who_hands_back_the_right_values_without_the_function_passes_the_value_checks(tmp_path):
+    # The documented limit (README, threat model): the referee judges values; a forged answer that
+    # computes the right values with torch itself (which needs knowing the answer) is not caught here.
+    forge = ("\nimport autograder.grading.referee as _r, torch as _t\n"
+             "def _forged(request, namespace):\n"
+             "    x = _r.decode(request['args'][0]).requires_grad_()\n"
+             "    y = x ** 3\n"
+             "    reply = {'error': None, 'outputs': [_r.encode(y.detach())], 'grads': None}\n"
+             "    if request['upstream'] is not None:\n"
+             "        (g,) = _t.autograd.grad(y, x, _r.decode(request['upstream'][0]))\n"
+             "        reply['grads'] = [_r.encode(g)]\n"
+             "    return reply\n"
+             "_r.answer = _forged\n")
+    cells = _cells(WRONG_BACKWARD, forge)
+    result = execute(cells, str(tmp_path), Limits(cell_timeout=30), {}, referee.trusted_cells(_notebook()))
+    errors = _errors(result, cells, "test_cube_backward")
+    assert errors and not any("grader's own check" in e for e in errors)  # the student's process found it; the referee did not
