@@ -90,9 +90,9 @@ def check_forward(function, reference, *args, rtol: float = RTOL, atol: float = 
                   inplace: bool = False) -> None:
     """Check only the forward of a ``torch.autograd.Function`` subclass against a torch reference.
 
-    The same checks of the outputs as ``check_function`` (number, shape, dtype, values, inputs
-    modified in place), with the same arguments and messages, but backward is never called: a test
-    of forward alone must not fail because backward is not written yet.
+    Forward's outputs are checked as ``check_function`` checks them (number, shape, dtype, values,
+    inputs modified in place; ``inplace`` as there), with the same messages, but backward is never
+    called: a test of forward alone must not fail because backward is not written yet.
     """
     report, inputs = _start(function, args, inplace, (), False)
     try:
