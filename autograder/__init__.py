@@ -1,18 +1,18 @@
 """Helpers for the course *Custom autograd Functions in PyTorch*.
 
 ``check_function`` compares a custom ``torch.autograd.Function`` with torch's own gradients;
-the visible and hidden tests of every assignment call it. ``draw_graph`` pictures the backward
-graph autograd records.
+the visible and hidden tests of every assignment call it (``check_forward`` checks forward alone,
+for the tests of forward). ``draw_graph`` pictures the backward graph autograd records.
 
 The package has three wings, by who uses them: ``autograder.student`` (what notebooks import),
 ``autograder.authoring`` (the course's folders, release, validation, the book) and
 ``autograder.grading`` (the instructor's pipeline). ``python -m autograder`` is the command line.
 
-``check_function`` and ``draw_graph`` are loaded on first use (they import torch), so the
-command line and the grading process, which never call them, start without torch.
+``check_function``, ``check_forward`` and ``draw_graph`` are loaded on first use (they import
+torch), so the command line and the grading process, which never call them, start without torch.
 """
 
-__all__ = ["check_function", "draw_graph"]
+__all__ = ["check_forward", "check_function", "draw_graph"]
 
 
 def __getattr__(name: str):

@@ -4,6 +4,7 @@
 reference on fresh float64 copies of ``args``, compares every output and the gradient of every
 tensor input (with random upstream gradients, for all outputs at once and for each output alone),
 and raises ``AssertionError`` with a message a student can act on when anything is off.
+``check_forward(function, reference, *args)`` checks the outputs only, for tests of forward alone.
 
 Optional checks, off by default, cover how the Function works with the rest of PyTorch 2:
 ``vmap=True`` (outputs and per-example gradients under ``torch.func.vmap``), ``forward_ad=True``
@@ -27,7 +28,7 @@ from autograder.student.checker.core import _check_backward, _check_forward, _ch
 from autograder.student.checker.optional import (
     _check_double_backward, _check_forward_ad, _check_under_compile, _check_under_vmap,
 )
-from autograder.student.checker.references import ATOL, RTOL, _Report, _StudentError
+from autograder.student.checker.references import ATOL, RTOL, _Inputs, _Report, _StudentError
 
 
 def check_function(function, reference, *args, rtol: float = RTOL, atol: float = ATOL,
@@ -64,10 +65,7 @@ def check_function(function, reference, *args, rtol: float = RTOL, atol: float =
     - ``compile``: outputs and gradients of ``torch.compile(..., backend="aot_eager",
       fullgraph=True)``, which must trace forward and backward into one graph.
     """
-    name = getattr(function, "__name__", repr(function))
-    report = _Report(f"{name} does not match torch")
-    _check_is_function_class(function, name)
-    inputs = _describe_inputs(function, args, inplace, constants, autograd_in_backward)
+    report, inputs = _start(function, args, inplace, constants, autograd_in_backward)
     if not inputs.tensor_positions:
         raise RuntimeError("check_function needs at least one floating-point tensor argument "
                            "(this is a problem with the test, not with your Function)")
@@ -88,4 +86,29 @@ def check_function(function, reference, *args, rtol: float = RTOL, atol: float =
     report.raise_if_any()
 
 
-__all__ = ["check_function"]
+def check_forward(function, reference, *args, rtol: float = RTOL, atol: float = ATOL,
+                  inplace: bool = False) -> None:
+    """Check only the forward of a ``torch.autograd.Function`` subclass against a torch reference.
+
+    Forward's outputs are checked as ``check_function`` checks them (number, shape, dtype, values,
+    inputs modified in place; ``inplace`` as there), with the same messages, but backward is never
+    called: a test of forward alone must not fail because backward is not written yet.
+    """
+    report, inputs = _start(function, args, inplace, (), False)
+    try:
+        _check_forward(function, reference, inputs, report, rtol, atol)
+    except _StudentError as err:
+        report.add(err.message)
+    report.raise_if_any()
+
+
+def _start(function, args, inplace, constants, autograd_in_backward) -> tuple[_Report, _Inputs]:
+    """What every check begins with: an empty report titled by the Function, which must be a
+    Function class, and its arguments as the checks see them."""
+    name = getattr(function, "__name__", repr(function))
+    _check_is_function_class(function, name)
+    return (_Report(f"{name} does not match torch"),
+            _describe_inputs(function, args, inplace, constants, autograd_in_backward))
+
+
+__all__ = ["check_forward", "check_function"]

@@ -8,6 +8,7 @@ import warnings
 
 import pytest
 import torch
+from autograder import check_forward, check_function
 from checker_examples import (
     AddBiasUnsummed, Cube, cube, CubeBackwardNotStatic, CubeBackwardTodo, CubeFactorOff,
     CubeForgetsGradOutput, CubeForwardNotStatic, CubeIndexError, CubeSignFlipped, CubeTemplate,
@@ -138,8 +139,9 @@ def _instance():
         pytest.param(lambda: torch.nn.ReLU, ["not a subclass of torch.autograd.Function"], id="module-class"),
     ],
 )
-def test_rejects_what_is_not_a_function_class(make_function, words):
-    message = failure(make_function(), cube, torch.randn(5))
+@pytest.mark.parametrize("check", [check_function, check_forward])
+def test_rejects_what_is_not_a_function_class(make_function, words, check):
+    message = failure(make_function(), cube, torch.randn(5), check=check)
     for word in words:
         assert word in message
 
