@@ -21,6 +21,10 @@ its own kernel had run it. Untrusted code is bounded:
   checker and the other functions tests rely on if student code replaced them, and says so in
   the cell (status "tampering found").
 
+Student code can reach whatever decides a verdict in its own process, so a referee process that
+runs no student code (``autograder.grading.referee``) decides each test cell's value checks again
+(``execute(..., trusted=...)``): a test cell passes only if both agree.
+
 Hidden tests stay hidden: an error in a cell that holds hidden tests is reported as its last
 line only (``AssertionError: ...``), never a traceback showing the test's source, and no
 cell's output shows a line of a hidden test (code that prints the test running it gets

@@ -136,7 +136,7 @@ def answer(request: dict, namespace: dict) -> dict:
     try:
         function = namespace.get(request["apply"])
         if not (isinstance(function, type) and issubclass(function, torch.autograd.Function)):
-            return {"error": f"NameError: {request['apply']} is not a torch.autograd.Function subclass here"}
+            return {"error": f"NameError: no torch.autograd.Function named {request['apply']} in your notebook"}
         args = [decode(a) for a in request["args"]]
         leaves = [a.requires_grad_(True) if wanted else a for a, wanted in zip(args, request["grad"])]
         call = [a.clone() if wanted and request["inplace"] else a for a, wanted in zip(leaves, request["grad"])]
@@ -324,7 +324,7 @@ class Referee:
         if not isinstance(reply, dict):
             return "could not be checked: your notebook's process sent no answer"
         if reply.get("error") is not None:
-            return f"raised {str(reply['error'])[:300]}"
+            return f"failed ({str(reply['error'])[:300]})"
         try:
             outputs = [decode(o) if isinstance(o, dict) and "other" not in o else o for o in reply["outputs"]]
         except (KeyError, TypeError, ValueError) as error:

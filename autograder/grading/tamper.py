@@ -17,7 +17,8 @@ builtin the tests check with), counts as tampering and is undone.
 The grader (``autograder.grading.warm``) and every kernel nbgrader starts (``autograder.grading.kernel``)
 install a guard before the first cell. It is a defence against the obvious tricks, not a
 sandbox: code that replaces a function and puts it back within one cell, or that goes looking
-for the grader's own objects, is not caught.
+for the grader's own objects, is not caught here. In ``grade``, the referee
+(``autograder.grading.referee``) decides the tests' value checks where student code cannot reach.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ CHANGED_BY_TORCH = {("torch", "manual_seed"), ("torch.nn.Module", "__init__"), (
 CHANGED_BY_KERNEL = {"input"}
 # Names the tests use in the notebook: once bound to these objects, no cell may rebind them.
 WATCHED_NAMES = {"torch": "torch", "nn": "torch.nn", "check_function": "autograder.check_function",
+                 "check_forward": "autograder.check_forward",
                  "autograder": "autograder", "__builtins__": "builtins"}
 # Builtins that tests use to check answers: a notebook may not define functions by these names.
 WATCHED_BUILTINS = ["isinstance", "issubclass", "len", "type", "hasattr", "callable", "bool"]
@@ -82,6 +84,7 @@ class Guard:
 
     def __init__(self, user_ns: dict | None = None) -> None:
         self.user_ns = user_ns if user_ns is not None else {}
+        self.names = {name: _resolve(target) for name, target in WATCHED_NAMES.items()}  # (loads lazy ones first)
         self.namespaces: list[tuple[str, object, dict, bool]] = []  # (label, owner, saved items, is a class)
         for name in MODULES:
             module = importlib.import_module(name)
@@ -107,7 +110,6 @@ class Guard:
         self.containers = {f"{module}.{k}": (v, type(v)(v)) for module in CHECKER_MODULES
                            for k, v in vars(_resolve(module)).items()
                            if type(v) in (list, dict) and not k.startswith("__")}
-        self.names = {name: _resolve(target) for name, target in WATCHED_NAMES.items()}
         self.bound: set[str] = set()
 
     def check(self) -> list[str]:

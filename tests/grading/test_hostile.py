@@ -8,8 +8,9 @@ read or changed outside its own folder, no process signalled or left running, no
 secret in its environment, nothing it sent the grader believed, no script in its feedback page,
 and never a better score than the same wrong answer without the attack.
 
-Attacks that still work, because they forge a verdict from inside the student's own interpreter,
-are listed at the end as strict xfails: they are what issue 14 leaves to do (README).
+Attacks that forge a verdict from inside the student's own interpreter (``VERDICT_FORGING``)
+make the cube tests pass there; the referee, which runs those checks again in a process of its
+own, fails them, so they too gain nothing (README, "Verdicts the student's code cannot forge").
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from autograder.grading.executor import NOTEBOOK_OUTPUT_CHARS
 from conftest import running_jupyter
 from test_robustness import (ASSIGNMENT, FORGOT_GRAD_OUTPUT, MAX_SCORE, NOTEBOOK, WRONG_CUBE, Notebooks, _course,
                              autograded, autograder, code_cell, grades_csv, gradebook_scores, hidden_lines,
-                             write_submissions)
+                             outputs_of, write_submissions)
 
 pytestmark = pytest.mark.slow
 
@@ -179,6 +180,14 @@ send(['done'])
 os._exit(0)
 """,
     "replaces_run_cell": "get_ipython().run_cell = lambda *args, **kwargs: None\n",
+    "replaces_error_hook": "get_ipython().recorder.error = lambda *args, **kwargs: None\n",
+    "drops_asserts": """
+import ast
+class DropAsserts(ast.NodeTransformer):
+    def visit_Assert(self, node):
+        return ast.Pass()
+get_ipython().ast_transformers.append(DropAsserts())
+""",
 }
 
 
@@ -186,7 +195,8 @@ os._exit(0)
 EXERCISE = {"reads_secrets": "cube", "writes_everything": "sqrt", "leaves_processes": "cube",
             "kills_everyone": "sqrt", "fork_bomb": "cube", "uses_the_network": "sqrt",
             "pickles_into_the_pipe": "cube", "writes_a_huge_file": "sqrt",
-            "forges_pipe_messages": "cube", "replaces_run_cell": "cube"}
+            "forges_pipe_messages": "cube", "replaces_run_cell": "cube", "replaces_error_hook": "cube",
+            "drops_asserts": "cube"}
 UNTAMPERED = {"cube": "wrong_cube", "sqrt": "forgot_grad_output"}
 HTML_ATTACK_MARKDOWN = ("<script>alert('x-md')</script> <img src=x onerror=\"alert('x-img')\"> "
                         "[link](javascript:alert('x-link')) <iframe src='javascript:alert(\"x-frame\")'></iframe>")
@@ -418,10 +428,12 @@ def jupyter_server(course: Course):
         yield server
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="issue 14, not done: verdicts are still decided in the student's own process "
-                          "(README, 'What a student can still do')")
 @pytest.mark.parametrize("student", sorted(VERDICT_FORGING))
 def test_forging_a_verdict_from_inside_the_interpreter_gains_nothing(run, student):
+    # Each of these makes the cube tests pass in the student's own process; the referee, which runs
+    # their checks again outside it, fails them (autograder/grading/referee.py).
     assert float(run.rows[student]["score"]) <= float(run.rows[UNTAMPERED[EXERCISE[student]]]["score"])
+    if student in ("replaces_run_cell", "replaces_error_hook"):  # passed in their own process: the referee says why not
+        assert "Cube: forward's output 0 is wrong (found by the grader's own check" in outputs_of(
+            autograded(run.course_obj, student), "test_cube_forward")
 

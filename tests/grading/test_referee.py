@@ -106,7 +106,7 @@ def test_checks_on_values_the_referee_cannot_compute_are_left_to_the_students_pr
                                   "data": base64.b64encode(b"\0" * 8).decode()}], "grads": []}, "malformed"),
     ({"error": None, "outputs": [{"other": "str"}], "grads": []}, "is not a tensor"),
     ({"error": None, "outputs": [], "grads": []}, "returned 0 outputs"),
-    ({"error": "RuntimeError: no"}, "raised RuntimeError: no"),
+    ({"error": "RuntimeError: no"}, "failed (RuntimeError: no)"),
 ])
 def test_whatever_the_students_process_sends_back_is_checked_and_fails_the_check(reply, says):
     cells = [IMPORTS, {"kind": "test", "grade_id": "t", "source": "check_function(Cube, lambda x: x ** 3, torch.randn(3))"}]
@@ -174,3 +174,40 @@ def test_a_student_who_hands_back_the_right_values_without_the_function_passes_t
     result = execute(cells, str(tmp_path), Limits(cell_timeout=30), {}, referee.trusted_cells(_notebook()))
     errors = _errors(result, cells, "test_cube_backward")
     assert errors and not any("grader's own check" in e for e in errors)  # the student's process found it; the referee did not
+
+
+# Test cells whose checks the referee decides (at least one) when grading the solutions; the others are
+# decided in the student's process only (README, "What a student can still do").
+DECIDED = {
+    "01_first_function": {"test_cube_forward", "test_cube_backward", "test_sqrt", "test_poly_function"},
+    "02_saving_for_backward": {"test_softplus", "test_relu_mask", "test_silu", "test_relu_inplace"},
+    "03_non_tensor_arguments": {"test_mul_constant", "test_linear_gradients", "test_clamp"},
+    "04_multiple_inputs_and_outputs": {"test_scale_shift_forward", "test_scale_shift_backward",
+                                       "test_premultiply_forward", "test_premultiply_backward", "test_polar_forward",
+                                       "test_polar_backward", "test_top_k_forward", "test_top_k_backward"},
+    "05_deriving_backward": {"test_softmax", "test_log_softmax_nll", "test_layer_norm", "test_attention"},
+    "06_checking_gradients": {"test_softplus_and_sigmoid_gradient", "test_fixed_softplus", "test_fixed_mul_square",
+                              "test_fixed_cos", "test_fixed_pow", "test_fixed_clip"},
+    "07_gpu_timing": {"test_bias_gelu_gradients"},
+    "08_torch_func": {"test_huber", "test_numpy_cumsum", "test_log_sum_exp_jvp", "test_log_sum_exp_second_derivatives"},
+    "09_production_pytorch": {"test_safe_sqrt", "test_quantize_ste"},
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("assignment", sorted(DECIDED))
+def test_the_referee_never_fails_a_right_answer_and_decides_these_test_cells(assignment, tmp_path):
+    folder = ROOT / "solutions" / assignment
+    notebook = json.loads((folder / f"{assignment}.ipynb").read_text())
+    for path in folder.iterdir():  # data files beside the notebook, as grading copies them
+        if path.suffix != ".ipynb" and path.is_file():
+            (tmp_path / path.name).write_bytes(path.read_bytes())
+    cells = [{"cell_type": c["cell_type"], "source": "".join(c["source"])} for c in notebook["cells"]]
+    for cell, original in zip(cells, notebook["cells"]):
+        if referee.test_cell_id(original):
+            cell["grade_id"] = referee.test_cell_id(original)
+    result = execute(cells, str(tmp_path), Limits(cell_timeout=60), {}, referee.trusted_cells(notebook))
+    assert result.status == "graded", result.detail
+    tests = {i: c["grade_id"] for i, c in enumerate(cells) if c.get("grade_id")}
+    assert {tests[i]: _errors(result, cells, tests[i]) for i in tests} == {t: [] for t in tests.values()}
+    assert {tests[i] for i, n in result.judged.items() if n} == DECIDED[assignment]
