@@ -9,12 +9,13 @@ test cell has run in the student's process, the referee runs that cell again its
 - every name the solution cells define (``Cube``, ``Net``) is a ``StudentObject``: a name only,
   which the referee cannot call or inspect; a statement that needs one is skipped, and every name
   it assigns, and every tensor or container it uses, becomes ``UNAVAILABLE``;
-- ``check_function(F, reference, *args)`` and ``check_forward(...)`` on a student's Function are
-  answered by ``Referee.judge``: the referee computes the reference itself, in float64, on the
+- ``check_function(F, reference, *args)`` and ``check_forward(...)`` on a student's Function, and
+  ``check_callable(f, reference, *args)`` on a student's function or Module class, are decided by
+  the referee itself: the referee computes the reference itself, in float64, on the
   cell's own inputs (drawn from the referee's random generator, seeded from ``os.urandom``, so a
   recorded answer is useless) and fresh random upstream gradients, and asks the student's process
-  only "apply F to these tensors; backward with these upstream gradients; send the tensors back"
-  (``answer``). The student's reply is plain data (JSON with tensors as base64 bytes), checked
+  only "apply F (or call f) on these tensors; backward with these upstream gradients; send the
+  tensors back" (``answer``). The student's reply is plain data (JSON with tensors as base64 bytes), checked
   before use. A wrong value, an error, or no reply fails the test cell, whatever the student's
   process reported for it.
 
@@ -33,7 +34,7 @@ import types
 
 DTYPES = ("float16", "bfloat16", "float32", "float64", "uint8", "int8", "int16", "int32", "int64", "bool")
 MAX_ELEMENTS = 4_000_000        # per tensor a student's process may send back
-JUDGES = ("check_function", "check_forward")
+JUDGES = ("check_function", "check_forward", "check_callable")
 SKIPPED_OPTIONS = {"vmap", "forward_ad", "double_backward", "compile", "autograd_in_backward"}  # judged in-process only
 
 
@@ -134,14 +135,14 @@ def answer(request: dict, namespace: dict) -> dict:
     import torch
 
     try:
-        function = namespace.get(request["apply"])
-        if not (isinstance(function, type) and issubclass(function, torch.autograd.Function)):
-            return {"error": f"NameError: no torch.autograd.Function named {request['apply']} in your notebook"}
+        run = _target(request, namespace)
+        if isinstance(run, str):
+            return {"error": run}
         args = [decode(a) for a in request["args"]]
         leaves = [a.requires_grad_(True) if wanted else a for a, wanted in zip(args, request["grad"])]
         call = [a.clone() if wanted and request["inplace"] else a for a, wanted in zip(leaves, request["grad"])]
         with torch.enable_grad():
-            outputs = function.apply(*call)
+            outputs = run(*call)
         outputs = tuple(outputs) if isinstance(outputs, (tuple, list)) else (outputs,)
         reply = {"error": None, "outputs": [_encode_output(o) for o in outputs], "grads": None}
         upstream = request["upstream"]
@@ -153,6 +154,22 @@ def answer(request: dict, namespace: dict) -> dict:
         return reply
     except Exception as error:  # the student's code failed: the referee says so in the test cell
         return {"error": f"{type(error).__name__}: {str(error)[:300]}"}
+
+
+def _target(request: dict, namespace: dict):
+    """What to call for ``request``: a Function's ``apply``, a callable, or a new instance of a Module
+    class; or why there is none."""
+    import torch
+
+    name, found = request["target"], namespace.get(request["target"])
+    is_function = isinstance(found, type) and issubclass(found, torch.autograd.Function)
+    if request["kind"] == "apply":
+        return found.apply if is_function else f"NameError: no torch.autograd.Function named {name} in your notebook"
+    if isinstance(found, type) and issubclass(found, torch.nn.Module):
+        return found()
+    if callable(found) and not is_function and not isinstance(found, type):
+        return found
+    return f"NameError: no function or nn.Module class named {name} in your notebook"
 
 
 def _encode_output(value) -> dict:
@@ -285,7 +302,12 @@ class Referee:
         """What the test's ``check_forward`` call decides: forward's outputs."""
         self._judge(function, reference, args, rtol, atol, inplace, (), {}, backward=False)
 
-    def _judge(self, function, reference, args, rtol, atol, inplace, constants, options, backward) -> None:
+    def check_callable(self, function, reference, *args, rtol: float = 1e-6, atol: float = 1e-8) -> None:
+        """What the test's ``check_callable`` call decides: a function's (or a Module's) outputs and gradients."""
+        self._judge(function, reference, args, rtol, atol, False, (), {}, backward=True, kind="call")
+
+    def _judge(self, function, reference, args, rtol, atol, inplace, constants, options, backward,
+               kind: str = "apply") -> None:
         import torch
 
         if not isinstance(function, StudentObject) or set(options) - SKIPPED_OPTIONS:
@@ -297,7 +319,7 @@ class Referee:
         leaves = [a.detach().to(torch.float64).clone().requires_grad_(wanted) if isinstance(a, torch.Tensor)
                   and a.is_floating_point() else a.clone() if isinstance(a, torch.Tensor) else a
                   for a, wanted in zip(args, grad)]
-        request = {"apply": function.name, "args": [encode(a) for a in leaves], "grad": grad,
+        request = {"target": function.name, "kind": kind, "args": [encode(a) for a in leaves], "grad": grad,
                    "inplace": bool(inplace), "upstream": None}
         with torch.enable_grad():
             expected = reference(*[a.clone() if w and inplace else a for a, w in zip(leaves, grad)])
@@ -307,7 +329,8 @@ class Referee:
             upstream = [torch.randn_like(e) if isinstance(e, torch.Tensor) and e.requires_grad else None
                         for e in expected]
             request["upstream"] = [None if u is None else encode(u) for u in upstream]
-        problem = self._compare(function.name, leaves, grad, expected, upstream, self.ask(request), rtol, atol)
+        problem = self._compare(leaves, grad, expected, upstream, self.ask(request), rtol, atol,
+                                ("forward's output", "backward's gradient") if kind == "apply" else ("output", "the gradient"))
         self.judged += 1
         if problem:
             self.failures.append(f"{function.name}: {problem} (found by the grader's own check, which repeats this "
@@ -315,7 +338,7 @@ class Referee:
             raise AssertionError(self.failures[-1])
 
     @staticmethod
-    def _compare(name, leaves, grad, expected, upstream, reply, rtol, atol) -> str | None:
+    def _compare(leaves, grad, expected, upstream, reply, rtol, atol, words) -> str | None:
         """What is wrong with the student's reply, or None when outputs (and gradients) match."""
         import torch
 
@@ -330,17 +353,17 @@ class Referee:
         except (KeyError, TypeError, ValueError) as error:
             return f"could not be checked: your notebook's process sent a malformed answer ({error})"
         if len(outputs) != len(expected):
-            return f"forward returned {len(outputs)} outputs, the reference {len(expected)}"
+            return f"returned {len(outputs)} outputs, the reference {len(expected)}"
         for k, (got, want) in enumerate(zip(outputs, expected)):
             if not isinstance(want, torch.Tensor):
                 continue
             if not isinstance(got, torch.Tensor):
-                return f"forward's output {k} is not a tensor"
+                return f"{words[0]} {k} is not a tensor"
             if got.shape != want.shape or got.dtype != want.dtype:
-                return (f"forward's output {k} has shape {list(got.shape)} and dtype {got.dtype}, expected "
+                return (f"{words[0]} {k} has shape {list(got.shape)} and dtype {got.dtype}, expected "
                         f"{list(want.shape)} and {want.dtype}")
             if not (_close(got, want, rtol, atol) if want.is_floating_point() else torch.equal(got, want)):
-                return f"forward's output {k} is wrong"
+                return f"{words[0]} {k} is wrong"
         if not any(u is not None for u in upstream):
             return None
         used = [(e, u) for e, u in zip(expected, upstream) if u is not None]
@@ -357,7 +380,7 @@ class Referee:
             want = torch.zeros_like(wrt[i]) if want is None else want
             got = torch.zeros_like(want) if got is None else got
             if not isinstance(got, torch.Tensor) or not _close(got, want, rtol, atol):
-                return f"backward's gradient for input {position + 1} is wrong"
+                return f"{words[1]} for input {position + 1} is wrong"
         return None
 
 

@@ -122,6 +122,39 @@ def test_a_forward_only_check_asks_for_no_gradient():
     assert judge.judge_cell("t") == (1, None) and asked[0]["upstream"] is None
 
 
+PLAIN = """
+import torch
+
+def norm_squared(x, y):
+    return (x * x).sum() + y
+
+class Doubler(torch.nn.Module):
+    def forward(self, x):
+        return 2 * x
+
+def wrong_norm_squared(x, y):
+    return (x * x).sum() - y
+"""
+
+
+@pytest.mark.parametrize("call, says", [
+    ("check_callable(norm_squared, lambda x, y: (x * x).sum() + y, torch.randn(4), torch.randn(()))", None),
+    ("check_callable(Doubler, lambda x: 2 * x, torch.randn(2, 3))", None),
+    ("check_callable(wrong_norm_squared, lambda x, y: (x * x).sum() + y, torch.randn(4), torch.randn(()))",
+     "wrong_norm_squared: output 0 is wrong"),
+    ("check_callable(Cube, lambda x: x ** 3, torch.randn(3))", "no function or nn.Module class named Cube"),
+    ("check_function(norm_squared, lambda x, y: (x * x).sum() + y, torch.randn(4), torch.randn(()))",
+     "no torch.autograd.Function named norm_squared"),
+])
+def test_functions_and_module_classes_are_called_and_functions_applied(call, says):
+    namespace = _student()
+    exec(PLAIN, namespace)
+    cells = [IMPORTS, {"kind": "test", "grade_id": "t", "source": call}]
+    names = ["Cube", "Doubler", "norm_squared", "wrong_norm_squared"]
+    judged, failure = referee.Referee(cells, names, _asker(namespace)).judge_cell("t")
+    assert judged == 1 and (failure is None if says is None else says in failure)
+
+
 def _cells(replace=None, extra: str = "") -> list[dict]:
     cells = []
     for cell in _notebook()["cells"]:
