@@ -348,7 +348,7 @@ class _Referee:
     def __init__(self, context, trusted: dict, limits: Limits) -> None:
         import tempfile
 
-        self.limits, self.child_gone, self.timed_out = limits, "", False
+        self.limits, self.child_gone, self.timed_out, self.cell_timed_out = limits, "", False, False
         self.folder = tempfile.mkdtemp(prefix="autograder-referee-")
         self.connection, their_end = context.Pipe(duplex=True)
         self.process = context.Process(target=_referee_main, args=(trusted, self.folder, limits, their_end),
@@ -357,7 +357,11 @@ class _Referee:
         their_end.close()
 
     def judge(self, grade_id: str, student, child) -> tuple[int, str | None]:
-        """Have the referee run test ``grade_id``: (how many checks it decided, its failure message or None)."""
+        """Have the referee run test ``grade_id``: (how many checks it decided, its failure message or None).
+
+        Each check may take the cell time limit; once one has run out of time, the checks after it in
+        the same cell fail at once, and every later check may take ``after_timeout`` (as cells do)."""
+        self.cell_timed_out = False
         deadline = lambda: time.monotonic() + self.limits.cell_timeout + 60.0  # noqa: E731 (trusted: a bug, not an attack)
         if not _tell(self.connection, ["judge", grade_id]):
             return 0, "the grader's own check of this cell could not run (its process is gone)"
@@ -373,13 +377,15 @@ class _Referee:
             self._tell_referee(["answer", self._ask(message[1], student, child)])
 
     def _ask(self, request: dict, student, child) -> dict | None:
-        if self.timed_out:  # one check that ran out of time is enough: the others fail at once
-            return {"error": "TimeoutError: an earlier check of this notebook ran out of time"}
-        if self.child_gone or not _tell(student, ["ask", request]):
+        if self.cell_timed_out:
+            return {"error": "TimeoutError: an earlier check of this cell ran out of time"}
+        limits = self.limits
+        limit = min(limits.after_timeout, limits.cell_timeout) if self.timed_out else limits.cell_timeout
+        if self.child_gone or not _tell(student, ["ask", request, limit]):
             self.child_gone = self.child_gone or "the notebook's process ended before the grader's checks"
             return None
         try:
-            reply = _receive(student, child, time.monotonic() + self.limits.cell_timeout + 5.0, self.ANSWER_BYTES)
+            reply = _receive(student, child, time.monotonic() + limit + 5.0, self.ANSWER_BYTES)
         except (EOFError, ProtocolError) as error:
             child.kill()
             self.child_gone = f"the notebook's process did not answer the grader's check ({error or 'it ended'})"
@@ -388,7 +394,8 @@ class _Referee:
             child.kill()
             self.child_gone = "the notebook's process sent the grader an invalid message (not an answer)"
             return None
-        self.timed_out = str(reply[1].get("error")).startswith("TimeoutError")
+        if str(reply[1].get("error")).startswith("TimeoutError"):
+            self.timed_out = self.cell_timed_out = True
         return reply[1]
 
     def _tell_referee(self, message: list) -> None:
@@ -563,11 +570,14 @@ def _answer_referee(connection, shell, limits: Limits) -> None:
         message = json.loads(connection.recv_bytes())
         if message[0] != "ask":
             return
-        signal.setitimer(signal.ITIMER_REAL, limits.cell_timeout)
+        limit = message[2]
+        signal.setitimer(signal.ITIMER_REAL, limit)
         try:
             reply = referee.answer(message[1], shell.user_ns)
         except CellTimeout:
-            reply = {"error": f"TimeoutError: timed out after {limits.cell_timeout:g} s"}
+            reply = {"error": f"TimeoutError: timed out after {limit:g} s"}
+        except BaseException as error:  # KeyboardInterrupt, SystemExit raised by student code: its error, as in a cell
+            reply = {"error": f"{type(error).__name__}: {str(error)[:300]}"}
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
         _send(connection, ["answer", reply])
