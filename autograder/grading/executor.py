@@ -89,7 +89,8 @@ _starting = threading.Lock()
 def _context():
     context = multiprocessing.get_context("forkserver")
     # sandbox too: its libseccomp lookup (pyseccomp, ~6 ms) is then paid once, not by every notebook.
-    context.set_forkserver_preload(["autograder.grading.warm", "autograder.grading.sandbox"])
+    context.set_forkserver_preload(["autograder.grading.warm", "autograder.grading.sandbox",
+                                    "autograder.grading.referee"])
     from multiprocessing import forkserver
 
     with _starting:
@@ -164,9 +165,11 @@ def execute(cells: list[dict], cwd: str, limits: Limits = Limits(),
                         result.status, result.cell = status, index
                     timed_out = timed_out or status == "timed out"
                     if referee is not None and cells[index].get("grade_id"):
-                        result.judged[index], failure = referee.judge(cells[index]["grade_id"], receive, child)
-                        if failure and not any(o["output_type"] == "error" for o in outputs):
-                            _append(result, index, _error("AssertionError", failure))
+                        # A cell that failed in the student's process fails whatever the referee finds.
+                        if not any(o["output_type"] == "error" for o in outputs):
+                            result.judged[index], failure = referee.judge(cells[index]["grade_id"], receive, child)
+                            if failure:
+                                _append(result, index, _error("AssertionError", failure))
                         if referee.child_gone:
                             why = referee.child_gone
                             result.status, result.cell, result.detail = "kernel died", index, why
@@ -402,9 +405,13 @@ class _Referee:
         _tell(self.connection, message)
 
     def stop(self) -> None:
+        """Tell the referee to end; wait for it in the background (its sandbox takes ~10 ms to come down)."""
+        _tell(self.connection, ["stop"])
+        threading.Thread(target=self._end, daemon=True).start()
+
+    def _end(self) -> None:
         import shutil
 
-        _tell(self.connection, ["stop"])
         self.process.join(5)
         if self.process.is_alive():
             self.process.kill()
