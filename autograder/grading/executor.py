@@ -130,7 +130,7 @@ def execute(cells: list[dict], cwd: str, limits: Limits = Limits(),
     context = _context()
     receive, send = context.Pipe(duplex=True)
     judged = trusted is not None and any(c.get("grade_id") for c in cells)
-    referee = _Referee(context, trusted, limits) if judged else None
+    referee = _Referee.for_notebook(context, trusted, limits) if judged else None
     child = context.Process(target=_child_main, args=(cells, cwd, limits, env or {}, send, judged),
                             name="autograder-notebook", daemon=True)
     child.start()
@@ -202,7 +202,7 @@ def execute(cells: list[dict], cwd: str, limits: Limits = Limits(),
                 break
     finally:
         if referee is not None:
-            referee.stop()
+            referee.done()
         child.join(1)
         if child.is_alive():
             child.terminate()
@@ -337,6 +337,9 @@ def _tell(connection, message: list) -> bool:
         return False
 
 
+_referees = threading.local()  # each grading thread's referee process, kept from one notebook to the next
+
+
 class _Referee:
     """The parent's side of the referee: starts it, and carries its questions to the student's process.
 
@@ -344,20 +347,39 @@ class _Referee:
     and nothing else may come from the student's process meanwhile. A process that answers out of
     turn, too late or not at all gets no more questions (``child_gone`` says why) and every check
     it did not answer fails.
+
+    One referee process serves a grading thread's notebooks one after the other (starting one per
+    notebook cost ~25 ms, 10% of grading); each notebook gets a fresh ``Referee`` in it, and a
+    referee that fails in any way is ended and replaced for the next notebook.
     """
 
     ANSWER_BYTES = 64 * 1024**2
 
-    def __init__(self, context, trusted: dict, limits: Limits) -> None:
+    def __init__(self, context, limits: Limits) -> None:
         import tempfile
+        import weakref
 
-        self.limits, self.child_gone, self.timed_out, self.cell_timed_out = limits, "", False, False
+        self.limits, self.sent, self.busy, self.broken = limits, None, False, False
         self.folder = tempfile.mkdtemp(prefix="autograder-referee-")
         self.connection, their_end = context.Pipe(duplex=True)
-        self.process = context.Process(target=_referee_main, args=(trusted, self.folder, limits, their_end),
+        self.process = context.Process(target=_referee_main, args=(self.folder, limits, their_end),
                                        name="autograder-referee", daemon=True)
         self.process.start()
         their_end.close()
+        weakref.finalize(self, _end_referee, self.process, self.connection, self.folder)
+
+    @classmethod
+    def for_notebook(cls, context, trusted: dict, limits: Limits) -> "_Referee":
+        """This thread's referee, started if needed, ready for a notebook with the instructor's cells ``trusted``."""
+        referee = getattr(_referees, "referee", None)
+        if referee is None or referee.broken or referee.limits != limits or not referee.process.is_alive():
+            referee = _referees.referee = cls(context, limits)
+        referee.child_gone, referee.timed_out, referee.cell_timed_out = "", False, False
+        same = trusted == referee.sent
+        referee.sent = trusted
+        if not _tell(referee.connection, ["notebook"] if same else ["notebook", trusted]):
+            referee.broken = True
+        return referee
 
     def judge(self, grade_id: str, student, child) -> tuple[int, str | None]:
         """Have the referee run test ``grade_id``: (how many checks it decided, its failure message or None).
@@ -366,18 +388,23 @@ class _Referee:
         the same cell fail at once, and every later check may take ``after_timeout`` (as cells do)."""
         self.cell_timed_out = False
         deadline = lambda: time.monotonic() + self.limits.cell_timeout + 60.0  # noqa: E731 (trusted: a bug, not an attack)
-        if not _tell(self.connection, ["judge", grade_id]):
+        if self.broken or not _tell(self.connection, ["judge", grade_id]):
+            self.broken = True
             return 0, "the grader's own check of this cell could not run (its process is gone)"
+        self.busy = True
         while True:
             try:
                 message = _receive(self.connection, self.process, deadline(), self.ANSWER_BYTES)
             except (EOFError, ProtocolError) as error:
+                self.broken = True
                 return 0, f"the grader's own check of this cell could not run ({error or 'its process ended'})"
             if message[0] == "verdict":
+                self.busy = False
                 return message[1], message[2]
             if message[0] != "ask":
+                self.broken = True
                 return 0, f"the grader's own check of this cell failed: {str(message[-1]).strip()[-300:]}"
-            self._tell_referee(["answer", self._ask(message[1], student, child)])
+            _tell(self.connection, ["answer", self._ask(message[1], student, child)])
 
     def _ask(self, request: dict, student, child) -> dict | None:
         if self.cell_timed_out:
@@ -401,23 +428,27 @@ class _Referee:
             self.timed_out = self.cell_timed_out = True
         return reply[1]
 
-    def _tell_referee(self, message: list) -> None:
-        _tell(self.connection, message)
+    def done(self) -> None:
+        """The notebook is over: a referee left in the middle of a cell, or failed, is not used again."""
+        if self.busy or self.broken:
+            self.broken = True
+            if getattr(_referees, "referee", None) is self:
+                _referees.referee = None
+            threading.Thread(target=_end_referee, args=(self.process, self.connection, self.folder),
+                             daemon=True).start()
 
-    def stop(self) -> None:
-        """Tell the referee to end; wait for it in the background (its sandbox takes ~10 ms to come down)."""
-        _tell(self.connection, ["stop"])
-        threading.Thread(target=self._end, daemon=True).start()
 
-    def _end(self) -> None:
-        import shutil
+def _end_referee(process, connection, folder: str) -> None:
+    """End a referee process (it needs ~10 ms to come down from its sandbox) and remove its folder."""
+    import shutil
 
-        self.process.join(5)
-        if self.process.is_alive():
-            self.process.kill()
-            self.process.join()
-        self.connection.close()
-        shutil.rmtree(self.folder, ignore_errors=True)
+    _tell(connection, ["stop"])
+    process.join(5)
+    if process.is_alive():
+        process.kill()
+        process.join()
+    connection.close()
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def _check_output(output: dict) -> None:
@@ -590,8 +621,11 @@ def _answer_referee(connection, shell, limits: Limits) -> None:
         _send(connection, ["answer", reply])
 
 
-def _referee_main(trusted: dict, folder: str, limits: Limits, connection) -> None:
-    """The referee's process: sandboxed like a notebook, it judges test cells when asked (never runs student code)."""
+def _referee_main(folder: str, limits: Limits, connection) -> None:
+    """The referee's process: sandboxed like a notebook, it judges test cells when asked (never runs student code).
+
+    ``["notebook", trusted]`` (or ``["notebook"]``: the same cells as before) starts a notebook,
+    ``["judge", grade_id]`` judges one of its test cells, anything else ends the process."""
     try:
         _isolate(folder, limits, {}, connection.fileno())
         from autograder.grading.referee import Referee
@@ -600,13 +634,17 @@ def _referee_main(trusted: dict, folder: str, limits: Limits, connection) -> Non
             _send(connection, ["ask", request])
             return json.loads(connection.recv_bytes())[1]
 
-        judge = Referee(trusted["cells"], trusted["student_names"], ask)
+        trusted, judge = None, None
         while True:
             message = json.loads(connection.recv_bytes())
-            if message[0] != "judge":
+            if message[0] == "notebook":
+                trusted = message[1] if len(message) == 2 else trusted
+                judge = Referee(trusted["cells"], trusted["student_names"], ask)
+            elif message[0] == "judge":
+                judged, failure = judge.judge_cell(message[1])
+                _send(connection, ["verdict", judged, failure])
+            else:
                 break
-            judged, failure = judge.judge_cell(message[1])
-            _send(connection, ["verdict", judged, failure])
     except EOFError:
         pass
     except BaseException as error:  # a bug in the grader: the parent fails the cell and says so

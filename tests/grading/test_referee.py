@@ -187,6 +187,20 @@ def test_in_grading_a_forged_pass_is_overruled_and_an_honest_notebook_keeps_ever
     result = execute(forged, str(tmp_path), Limits(cell_timeout=30), {}, trusted)
     assert any("backward's gradient for input 1 is wrong" in e for e in _errors(result, forged, "test_cube_backward"))
     assert any("Sqrt" in e for e in _errors(result, forged, "test_sqrt"))
+    # A notebook that forges pipe messages and exits in the middle of the referee's checks; the same
+    # referee process then judges the next notebook as if nothing had happened.
+    exits = _cells(None, "\nimport inspect, os\n_forward = Cube.forward\n"
+                         "def _exits_for_the_referee(ctx, x):\n"
+                         "    if any(frame.function == 'answer' for frame in inspect.stack()):\n"
+                         "        os._exit(0)\n"
+                         "    return _forward(ctx, x)\n"
+                         "Cube.forward = staticmethod(_exits_for_the_referee)\n")
+    result = execute(exits, str(tmp_path), Limits(cell_timeout=30), {}, trusted)
+    assert (result.status, _errors(result, exits, "test_cube_forward")) == ("kernel died", [
+        "Cube: could not be checked: your notebook's process sent no answer (found by the grader's own check, which "
+        "repeats this cell's checks outside your notebook's process, on new random inputs)"])
+    again = execute(_cells(), str(tmp_path), Limits(cell_timeout=30), {}, trusted)
+    assert again.status == "graded" and again.judged == honest.judged
 
 
 @pytest.mark.slow
