@@ -226,7 +226,7 @@ def test_a_student_who_hands_back_the_right_values_without_the_function_passes_t
 # Test cells whose checks the referee decides (at least one) when grading the solutions; the others are
 # decided in the student's process only (README, "What a student can still do").
 DECIDED = {
-    "01_first_function": {"test_cube_forward", "test_cube_backward", "test_sqrt", "test_poly_function"},
+    "01_first_function": {"test_cube_forward", "test_cube_backward", "test_sqrt", "test_poly_function", "test_net"},
     "02_saving_for_backward": {"test_softplus", "test_relu_mask", "test_silu", "test_relu_inplace"},
     "03_non_tensor_arguments": {"test_mul_constant", "test_linear_gradients", "test_clamp"},
     "04_multiple_inputs_and_outputs": {"test_scale_shift_forward", "test_scale_shift_backward",
@@ -237,7 +237,7 @@ DECIDED = {
                               "test_fixed_cos", "test_fixed_pow", "test_fixed_clip"},
     "07_gpu_timing": {"test_bias_gelu_gradients"},
     "08_torch_func": {"test_huber", "test_numpy_cumsum", "test_log_sum_exp_jvp", "test_log_sum_exp_second_derivatives"},
-    "09_production_pytorch": {"test_safe_sqrt", "test_quantize_ste"},
+    "09_production_pytorch": {"test_safe_sqrt", "test_pairwise_distance", "test_quantize_ste"},
 }
 
 

@@ -4,7 +4,9 @@
 reference on fresh float64 copies of ``args``, compares every output and the gradient of every
 tensor input (with random upstream gradients, for all outputs at once and for each output alone),
 and raises ``AssertionError`` with a message a student can act on when anything is off.
-``check_forward(function, reference, *args)`` checks the outputs only, for tests of forward alone.
+``check_forward(function, reference, *args)`` checks the outputs only, for tests of forward alone;
+``check_callable(function, reference, *args)`` checks a plain function, a custom operator or an
+``nn.Module`` class the same way (outputs, and gradients for random upstream gradients).
 
 Optional checks, off by default, cover how the Function works with the rest of PyTorch 2:
 ``vmap=True`` (outputs and per-example gradients under ``torch.func.vmap``), ``forward_ad=True``
@@ -19,11 +21,13 @@ The modules, from the bottom up (each imports only those before it):
   shared types;
 - ``messages``: what a student reads: torch's errors in course terms, mistake patterns;
 - ``core``: the checks of forward and backward;
-- ``optional``: the optional checks.
+- ``optional``: the optional checks;
+- ``callables``: ``check_callable``.
 """
 
 from __future__ import annotations
 
+from autograder.student.checker.callables import check_callable
 from autograder.student.checker.core import _check_backward, _check_forward, _check_is_function_class, _describe_inputs
 from autograder.student.checker.optional import (
     _check_double_backward, _check_forward_ad, _check_under_compile, _check_under_vmap,
@@ -111,4 +115,4 @@ def _start(function, args, inplace, constants, autograd_in_backward) -> tuple[_R
             _describe_inputs(function, args, inplace, constants, autograd_in_backward))
 
 
-__all__ = ["check_forward", "check_function"]
+__all__ = ["check_callable", "check_forward", "check_function"]

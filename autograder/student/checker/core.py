@@ -111,14 +111,20 @@ def _check_forward(function, reference, inputs, report, rtol, atol) -> None:
     got = _as_tuple(_run_student("forward", lambda: function.apply(*call), inputs))
     _check_modified_inputs(call, versions, got, inputs, report)
     expected = _as_tuple(_run_reference(reference, inputs.fresh()[0]))
+    _compare_outputs(got, expected, report, rtol, atol)
+
+
+def _compare_outputs(got: tuple, expected: tuple, report, rtol, atol, who: str = "forward") -> None:
+    """Report each output of ``who`` (forward, or a function's name) that differs from the reference's
+    in number, type, shape, dtype or value."""
     if len(got) != len(expected):
         report.add(
-            f"forward returned {_count(len(got), 'output')}, but the reference returns "
+            f"{who} returned {_count(len(got), 'output')}, but the reference returns "
             f"{len(expected)}. Return them in the same order as the reference."
         )
         report.raise_if_any()
     for k, (g, e) in enumerate(zip(got, expected)):
-        label = _output_label(k, len(got))
+        label = _output_label(k, len(got), f"{who}'s output")
         if not isinstance(g, _Tensor):
             report.add(f"{label} is a {type(g).__name__}, expected a tensor.")
         elif g.shape != e.shape:
@@ -130,7 +136,7 @@ def _check_forward(function, reference, inputs, report, rtol, atol) -> None:
         elif not e.is_floating_point() and not _equal(g, e):
             report.add(f"{label} is wrong (integer values must match exactly).\n{_difference(e, g)}")
         elif not _close(g, e, rtol, atol):
-            report.add(f"{label} is wrong, so the gradients cannot be right either; fix forward "
+            report.add(f"{label} is wrong, so the gradients cannot be right either; fix {who} "
                        f"first.\n{_difference(e, g)}")
 
 

@@ -440,8 +440,8 @@ def _dtype(t) -> str:
     return str(t.dtype).replace("torch.", "")
 
 
-def _output_label(k: int, count: int) -> str:
-    return "forward's output" if count == 1 else f"forward's output {k}"
+def _output_label(k: int, count: int, what: str = "forward's output") -> str:
+    return what if count == 1 else f"{what} {k}"
 
 
 def _count(n: int, noun: str) -> str:

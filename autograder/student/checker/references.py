@@ -15,6 +15,7 @@ import torch
 # Captured at import time, before any student code runs (see module docstring).
 _Tensor = torch.Tensor
 _Function = torch.autograd.Function
+_Module = torch.nn.Module
 _autograd_grad = torch.autograd.grad
 _no_grad = torch.no_grad
 _allclose = torch.allclose

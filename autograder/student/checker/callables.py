@@ -1,0 +1,107 @@
+"""``check_callable``: a plain function, a custom operator or an ``nn.Module`` class against a torch reference.
+
+The same comparison as ``check_function`` for what is not a Function class: outputs, then the
+gradient of every floating-point tensor argument for random upstream gradients, compared with
+torch autograd on the reference. A Module is passed as its class and built with no arguments,
+so a grader can build it where the student's code runs.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+from autograder.student.checker.core import _compare_outputs, _upstream
+from autograder.student.checker.messages import _difference, _run_reference, _run_student, _shape
+from autograder.student.checker.references import (
+    ATOL, RTOL, _as_float64, _as_tuple, _autograd_grad, _close, _float64, _Function, _Inputs, _is_float_tensor,
+    _Module, _Report, _StudentError, _Tensor, _zeros_like,
+)
+
+
+def check_callable(function, reference, *args, rtol: float = RTOL, atol: float = ATOL) -> None:
+    """Check a differentiable function, custom operator or ``nn.Module`` class against a torch reference.
+
+    ``function(*args)`` (for a Module class, ``function()(*args)``: built with no arguments) must
+    give the reference's outputs, and the gradient of each floating-point tensor argument, for random
+    upstream gradients on every output that needs one, must match torch autograd on ``reference``.
+    Floating-point tensors in ``args`` are copied to fresh float64 leaves; other values pass through.
+    A ``torch.autograd.Function`` is checked with ``check_function`` instead.
+    """
+    name = getattr(function, "__name__", type(function).__name__)
+    run = _callable(function, name)
+    names = _argument_names(function, len(args))
+    inputs = _Inputs(args, names, False, frozenset(), frozenset(), (), False)
+    report = _Report(f"{name} does not match torch")
+    try:
+        leaves, got = _call(lambda *a: run()(*a), args, inputs)
+        reference_leaves, expected = _call(lambda *a: _run_reference(reference, a), args, None)
+        _compare_outputs(got, expected, report, rtol, atol, who=name)
+        report.raise_if_any()
+        used = [k for k, e in enumerate(expected) if isinstance(e, _Tensor) and e.requires_grad]
+        if used:
+            _compare_gradients(name, names, got, expected, used, leaves, reference_leaves, inputs, report, rtol, atol)
+    except _StudentError as err:
+        report.add(err.message)
+    report.raise_if_any()
+
+
+def _callable(function, name: str):
+    """What builds the thing to call: the function itself, or a new instance of a Module class."""
+    if isinstance(function, type) and issubclass(function, _Function):
+        raise AssertionError(f"{name} is a torch.autograd.Function: check it with check_function({name}, ...).")
+    if isinstance(function, _Module):
+        raise AssertionError(f"{name} is a Module instance: pass the class itself, check_callable("
+                             f"{type(function).__name__}, ...); it is built with no arguments.")
+    if isinstance(function, type) and issubclass(function, _Module):
+        return function
+    if callable(function) and not isinstance(function, type):
+        return lambda: function
+    raise AssertionError(f"{name} is not a function or an nn.Module class.")
+
+
+def _argument_names(function, count: int) -> list[str]:
+    """The parameter names of the function (of ``forward`` for a Module), ``input i`` where unknown."""
+    target = function.forward if isinstance(function, type) else function
+    try:
+        params = [p.name for p in inspect.signature(target).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        params = []
+    if isinstance(function, type) and params[:1] == ["self"]:
+        params = params[1:]
+    return (params + [f"input {i}" for i in range(len(params), count)])[:count]
+
+
+def _call(run, args, inputs):
+    """(the float64 leaves, the outputs as a tuple) of ``run`` on fresh copies of ``args``."""
+    leaves, call = [], []
+    for a in args:
+        if _is_float_tensor(a):
+            leaf = a.detach().to(_float64).clone().requires_grad_(True)
+            leaves.append(leaf)
+            call.append(leaf)
+        else:
+            call.append(_as_float64(a))
+    outputs = run(*call) if inputs is None else _run_student("the call", lambda: run(*call), inputs)
+    return leaves, _as_tuple(outputs)
+
+
+def _compare_gradients(name, names, got, expected, used, leaves, reference_leaves, inputs, report, rtol, atol) -> None:
+    upstream = _upstream(expected, used, 0)
+    right = _autograd_grad([expected[k] for k in used], reference_leaves, upstream, allow_unused=True)
+    for k in used:
+        if got[k].grad_fn is None:
+            report.add(f"{name}'s output {k} is not connected to its inputs (it has no grad_fn): compute it from "
+                       f"the inputs with differentiable operations, not from a detached copy.")
+            return
+    grads = _run_student("backward", lambda: _autograd_grad([got[k] for k in used], leaves,
+                                                            [u.clone() for u in upstream], allow_unused=True), inputs)
+    tensor_names = [n for n, a in zip(names, inputs.args) if _is_float_tensor(a)]
+    for leaf, label, g, e in zip(leaves, tensor_names, grads, right):
+        want = e if e is not None else _zeros_like(leaf)
+        have = g.detach() if g is not None else _zeros_like(leaf)
+        if not _close(have, want, rtol, atol):
+            detail = _difference(want, have) if have.shape == want.shape else (
+                f"it has shape {_shape(have)}, expected {_shape(want)}")
+            report.add(f"the gradient for `{label}` is wrong. For a random upstream gradient, compared with "
+                       f"torch autograd on the reference: {detail}")
