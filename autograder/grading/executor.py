@@ -366,7 +366,7 @@ class _Referee:
                                        name="autograder-referee", daemon=True)
         self.process.start()
         their_end.close()
-        weakref.finalize(self, _end_referee, self.process, self.connection, self.folder)
+        self.end = weakref.finalize(self, _end_referee, self.process, self.connection, self.folder)
 
     @classmethod
     def for_notebook(cls, context, trusted: dict, limits: Limits) -> "_Referee":
@@ -374,7 +374,7 @@ class _Referee:
         referee = getattr(_referees, "referee", None)
         if referee is None or referee.broken or referee.limits != limits or not referee.process.is_alive():
             referee = _referees.referee = cls(context, limits)
-        referee.child_gone, referee.timed_out, referee.cell_timed_out = "", False, False
+        referee.child_gone, referee.timed_out = "", False
         same = trusted == referee.sent
         referee.sent = trusted
         if not _tell(referee.connection, ["notebook"] if same else ["notebook", trusted]):
@@ -386,7 +386,6 @@ class _Referee:
 
         Each check may take the cell time limit; once one has run out of time, the checks after it in
         the same cell fail at once, and every later check may take ``after_timeout`` (as cells do)."""
-        self.cell_timed_out = False
         deadline = lambda: time.monotonic() + self.limits.cell_timeout + 60.0  # noqa: E731 (trusted: a bug, not an attack)
         if self.broken or not _tell(self.connection, ["judge", grade_id]):
             self.broken = True
@@ -406,26 +405,25 @@ class _Referee:
                 return 0, f"the grader's own check of this cell failed: {str(message[-1]).strip()[-300:]}"
             _tell(self.connection, ["answer", self._ask(message[1], student, child)])
 
-    def _ask(self, request: dict, student, child) -> dict | None:
-        if self.cell_timed_out:
-            return {"error": "TimeoutError: an earlier check of this cell ran out of time"}
+    def _ask(self, requests: list, student, child) -> list | None:
+        """The student's process's replies to the checks ``requests`` (one test cell's), or None."""
         limits = self.limits
         limit = min(limits.after_timeout, limits.cell_timeout) if self.timed_out else limits.cell_timeout
-        if self.child_gone or not _tell(student, ["ask", request, limit]):
+        if self.child_gone or not _tell(student, ["ask", requests, limit]):
             self.child_gone = self.child_gone or "the notebook's process ended before the grader's checks"
             return None
         try:
-            reply = _receive(student, child, time.monotonic() + limit + 5.0, self.ANSWER_BYTES)
+            reply = _receive(student, child, time.monotonic() + limit * len(requests) + 5.0, self.ANSWER_BYTES)
         except (EOFError, ProtocolError) as error:
             child.kill()
             self.child_gone = f"the notebook's process did not answer the grader's check ({error or 'it ended'})"
             return None
-        if not (isinstance(reply, list) and len(reply) == 2 and reply[0] == "answer" and isinstance(reply[1], dict)):
+        if not (isinstance(reply, list) and len(reply) == 2 and reply[0] == "answer" and isinstance(reply[1], list)):
             child.kill()
             self.child_gone = "the notebook's process sent the grader an invalid message (not an answer)"
             return None
-        if str(reply[1].get("error")).startswith("TimeoutError"):
-            self.timed_out = self.cell_timed_out = True
+        self.timed_out = self.timed_out or any(isinstance(r, dict) and str(r.get("error")).startswith("TimeoutError")
+                                               for r in reply[1])
         return reply[1]
 
     def done(self) -> None:
@@ -434,8 +432,16 @@ class _Referee:
             self.broken = True
             if getattr(_referees, "referee", None) is self:
                 _referees.referee = None
-            threading.Thread(target=_end_referee, args=(self.process, self.connection, self.folder),
-                             daemon=True).start()
+            threading.Thread(target=self.end, daemon=True).start()
+
+
+def stop_referee() -> None:
+    """End this thread's referee process now (otherwise it waits for the thread's next notebook, and
+    ends with the thread or the program)."""
+    referee = getattr(_referees, "referee", None)
+    _referees.referee = None
+    if referee is not None:
+        referee.end()
 
 
 def _end_referee(process, connection, folder: str) -> None:
@@ -608,17 +614,21 @@ def _answer_referee(connection, shell, limits: Limits) -> None:
         message = json.loads(connection.recv_bytes())
         if message[0] != "ask":
             return
-        limit = message[2]
-        signal.setitimer(signal.ITIMER_REAL, limit)
-        try:
-            reply = referee.answer(message[1], shell.user_ns)
-        except CellTimeout:
-            reply = {"error": f"TimeoutError: timed out after {limit:g} s"}
-        except BaseException as error:  # KeyboardInterrupt, SystemExit raised by student code: its error, as in a cell
-            reply = {"error": f"{type(error).__name__}: {str(error)[:300]}"}
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-        _send(connection, ["answer", reply])
+        limit, replies = message[2], []
+        for request in message[1]:
+            if replies and str(replies[-1].get("error")).startswith("TimeoutError"):
+                replies.append({"error": "TimeoutError: an earlier check of this cell ran out of time"})
+                continue
+            signal.setitimer(signal.ITIMER_REAL, limit)
+            try:
+                replies.append(referee.answer(request, shell.user_ns))
+            except CellTimeout:
+                replies.append({"error": f"TimeoutError: timed out after {limit:g} s"})
+            except BaseException as error:  # KeyboardInterrupt, SystemExit from student code: its error, as in a cell
+                replies.append({"error": f"{type(error).__name__}: {str(error)[:300]}"})
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+        _send(connection, ["answer", replies])
 
 
 def _referee_main(folder: str, limits: Limits, connection) -> None:
@@ -630,8 +640,8 @@ def _referee_main(folder: str, limits: Limits, connection) -> None:
         _isolate(folder, limits, {}, connection.fileno())
         from autograder.grading.referee import Referee
 
-        def ask(request: dict):
-            _send(connection, ["ask", request])
+        def ask(requests: list):
+            _send(connection, ["ask", requests])
             return json.loads(connection.recv_bytes())[1]
 
         trusted, judge = None, None

@@ -244,7 +244,9 @@ class Referee:
     """One notebook's tests, run again with the student's objects out of reach.
 
     ``cells`` are the instructor's code cells in notebook order, each ``{"kind": "given" | "test",
-    "grade_id": ..., "source": ...}``; ``ask(request) -> reply`` reaches the student's process.
+    "grade_id": ..., "source": ...}``; ``ask(requests) -> replies`` reaches the student's process.
+    A test cell's checks are collected while its statements run (their inputs never depend on the
+    student's answers) and sent in one batch: one round trip per cell, not per check.
     """
 
     def __init__(self, cells: list[dict], student_names: list[str], ask) -> None:
@@ -255,8 +257,7 @@ class Referee:
         self.namespace = {"__name__": "__main__", "__builtins__": builtins}
         self.namespace.update({name: StudentObject(name) for name in student_names})
         self.namespace.update({name: getattr(self, name) for name in JUDGES})
-        self.failures: list[str] = []
-        self.judged = 0
+        self.pending: list[tuple[dict, object]] = []  # this cell's checks: (request, what judges its reply)
 
     def judge_cell(self, grade_id: str) -> tuple[int, str | None]:
         """Run the test ``grade_id``; return (how many checks the referee decided, the first failure or None)."""
@@ -267,9 +268,16 @@ class Referee:
             if cell["kind"] == "given":
                 self._run(cell["source"], definitions_only=True)
         self.next_given = max(self.next_given, position)
-        self.judged, self.failures = 0, []
+        self.pending = []
         self._run(self.cells[position]["source"], definitions_only=False)
-        return self.judged, (self.failures[0] if self.failures else None)
+        if not self.pending:
+            return 0, None
+        replies = self.ask([request for request, _ in self.pending])
+        if not (isinstance(replies, list) and len(replies) == len(self.pending)):
+            replies = [None] * len(self.pending)
+        failures = [problem for (_, compare), reply in zip(self.pending, replies) for problem in [compare(reply)]
+                    if problem]
+        return len(self.pending), (failures[0] if failures else None)
 
     def _run(self, source: str, definitions_only: bool) -> None:
         for statement in _statements(source):
@@ -329,13 +337,14 @@ class Referee:
             upstream = [torch.randn_like(e) if isinstance(e, torch.Tensor) and e.requires_grad else None
                         for e in expected]
             request["upstream"] = [None if u is None else encode(u) for u in upstream]
-        problem = self._compare(leaves, grad, expected, upstream, self.ask(request), rtol, atol,
-                                ("forward's output", "backward's gradient") if kind == "apply" else ("output", "the gradient"))
-        self.judged += 1
-        if problem:
-            self.failures.append(f"{function.name}: {problem} (found by the grader's own check, which repeats this "
-                                 f"cell's checks outside your notebook's process, on new random inputs)")
-            raise AssertionError(self.failures[-1])
+        words = ("forward's output", "backward's gradient") if kind == "apply" else ("output", "the gradient")
+
+        def compare(reply) -> str | None:
+            problem = self._compare(leaves, grad, expected, upstream, reply, rtol, atol, words)
+            return problem and (f"{function.name}: {problem} (found by the grader's own check, which repeats this "
+                                f"cell's checks outside your notebook's process, on new random inputs)")
+
+        self.pending.append((request, compare))
 
     @staticmethod
     def _compare(leaves, grad, expected, upstream, reply, rtol, atol, words) -> str | None:

@@ -14,12 +14,19 @@ import pytest
 import torch
 
 from autograder.grading import referee
-from autograder.grading.executor import Limits, execute
+from autograder.grading.executor import Limits, execute, stop_referee
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK = ROOT / "solutions" / "01_first_function" / "01_first_function.ipynb"
 IMPORTS = {"kind": "given", "grade_id": None, "source": "import torch\nfrom autograder import check_function"}
 WRONG_BACKWARD = ("return grad_output * 3 * x ** 2", "return grad_output * 3 * x")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _no_referee_left():
+    """The referee process execute() keeps for this thread ends with this module's tests."""
+    yield
+    stop_referee()
 
 
 def _notebook() -> dict:
@@ -39,13 +46,18 @@ def _student(replace=None) -> dict:
     return namespace
 
 
+def _each(answer):
+    """A referee's ``ask`` (one cell's requests at once) from a function that answers one request."""
+    return lambda requests: [answer(request) for request in requests]
+
+
 def _asker(namespace: dict, log: list | None = None):
     def ask(request):
         reply = json.loads(json.dumps(referee.answer(json.loads(json.dumps(request)), namespace)))
         if log is not None:
             log.append(reply)
         return reply
-    return ask
+    return _each(ask)
 
 
 def _judge(ask, test: str) -> tuple[int, str | None]:
@@ -78,7 +90,7 @@ def test_recorded_answers_are_useless_because_inputs_and_upstream_gradients_are_
     recorded: list = []
     assert _judge(_asker(_student(), recorded), "test_cube_backward") == (4, None)
     replay = iter(recorded)
-    judged, failure = _judge(lambda request: next(replay), "test_cube_backward")
+    judged, failure = _judge(_each(lambda request: next(replay)), "test_cube_backward")
     # Even the visible check's literal input gets new random upstream gradients: the replay fails at once.
     assert judged == 4 and failure.startswith("Cube: backward's gradient for input 1 is wrong")
 
@@ -90,8 +102,8 @@ def test_checks_on_values_the_referee_cannot_compute_are_left_to_the_students_pr
         "assert False, 'asserts are decided by the student process'\n"
         "check_function(Cube, lambda x: x ** 3, torch.randn(2))\n")}]
     asked = []
-    judge = referee.Referee(cells, ["Cube"], lambda request: asked.append(request) or
-                            referee.answer(request, _student()))
+    judge = referee.Referee(cells, ["Cube"], _each(lambda request: asked.append(request) or
+                                                   referee.answer(request, _student())))
     assert judge.judge_cell("t") == (1, None)
     assert len(asked) == 1 and asked[0]["args"][0]["shape"] == [2]
 
@@ -110,7 +122,7 @@ def test_checks_on_values_the_referee_cannot_compute_are_left_to_the_students_pr
 ])
 def test_whatever_the_students_process_sends_back_is_checked_and_fails_the_check(reply, says):
     cells = [IMPORTS, {"kind": "test", "grade_id": "t", "source": "check_function(Cube, lambda x: x ** 3, torch.randn(3))"}]
-    judged, failure = referee.Referee(cells, ["Cube"], lambda request: reply).judge_cell("t")
+    judged, failure = referee.Referee(cells, ["Cube"], _each(lambda request: reply)).judge_cell("t")
     assert judged == 1 and says in failure
 
 
@@ -118,7 +130,7 @@ def test_a_forward_only_check_asks_for_no_gradient():
     cells = [IMPORTS, {"kind": "test", "grade_id": "t", "source": "check_forward(Cube, lambda x: x ** 3, torch.randn(3))"}]
     asked = []
     namespace = _student(WRONG_BACKWARD)
-    judge = referee.Referee(cells, ["Cube"], lambda r: asked.append(r) or referee.answer(r, namespace))
+    judge = referee.Referee(cells, ["Cube"], _each(lambda r: asked.append(r) or referee.answer(r, namespace)))
     assert judge.judge_cell("t") == (1, None) and asked[0]["upstream"] is None
 
 
@@ -258,3 +270,11 @@ def test_the_referee_never_fails_a_right_answer_and_decides_these_test_cells(ass
     tests = {i: c["grade_id"] for i, c in enumerate(cells) if c.get("grade_id")}
     assert {tests[i]: _errors(result, cells, tests[i]) for i in tests} == {t: [] for t in tests.values()}
     assert {tests[i] for i, n in result.judged.items() if n} == DECIDED[assignment]
+
+
+@pytest.mark.parametrize("replies", [[], "no", None, [{"error": None}] * 5])
+def test_a_batch_of_answers_of_the_wrong_length_or_kind_fails_every_check(replies):
+    cells = [IMPORTS, {"kind": "test", "grade_id": "t", "source": (
+        "check_function(Cube, lambda x: x ** 3, torch.randn(3))\ncheck_forward(Cube, lambda x: x ** 3, torch.randn(2))")}]
+    judged, failure = referee.Referee(cells, ["Cube"], lambda requests: replies).judge_cell("t")
+    assert judged == 2 and "sent no answer" in failure
