@@ -19,7 +19,7 @@ from typing import Iterator, Sequence
 import pytest
 
 from autograder.authoring.colab import REPOSITORY_VARIABLE
-from autograder.authoring.course import Course
+from autograder.course import Course
 from autograder.grading.demo import make_demo
 
 REPO = Path(__file__).resolve().parent.parent

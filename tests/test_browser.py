@@ -24,7 +24,7 @@ from typing import Iterator
 import pytest
 from playwright.sync_api import expect, sync_playwright
 
-from autograder.authoring.course import Course
+from autograder.course import Course
 from autograder.grading.demo.make_demo import DEMO_ROOT
 from conftest import REPO, nbgrader_meta, read_notebook, running_jupyter, solution_answers, source
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder.authoring.course import Course
+from autograder.course import Course
 from autograder.authoring.publish import publish
 from conftest import CLASS_REPOSITORY, REPO, filled_release, solution_answers
 

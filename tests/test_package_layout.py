@@ -1,7 +1,8 @@
-"""The package's three wings import only downwards: student <- authoring <- grading (issue 13).
+"""The package's layout: wings and rooms that import only downwards, no circles, no long files (issues 13, 28).
 
-The student's library must work in a notebook that has neither the course's sources nor the
-grader; authoring tools never need the grader. Checked on the source (every import statement,
+``autograder.course`` is the bottom (every wing finds the course there); above it the wings
+student <- authoring <- grading <- commands; inside grading the rooms running <- records <-
+results <- the pipeline at grading's top level. Checked on the source (every import statement,
 including those inside functions), so an import added anywhere in a module is seen.
 """
 
@@ -12,17 +13,38 @@ import pytest
 from autograder.authoring.publish import imported_modules  # the reader publish uses to ship modules
 
 PACKAGE = Path(__file__).resolve().parent.parent / "autograder"
-# What each wing may import from the package (besides itself).
+BOTTOM = {"course"}
+# What each wing may import from the package (besides itself and the bottom).
 ALLOWED = {
     "student": set(),
     "authoring": {"student"},
     "grading": {"student", "authoring"},
+    "commands": {"student", "authoring", "grading"},
 }
+ROOMS = ["running", "records", "results", "top"]  # grading's rooms, lowest first
+MAX_LINES = 500
 
 
 def wing_of(module: str) -> str | None:
     parts = module.split(".")
     return parts[1] if len(parts) > 1 and parts[1] in ALLOWED else None
+
+
+def room_of(module: str) -> str:
+    """The room of a grading module (``top`` for grade, selfcheck, bench, demo)."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[2] in ROOMS else "top"
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules() -> dict[str, set[str]]:
+    """Every module of the package and the package modules it imports (``from a import b`` may name a module)."""
+    files = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+    return {name: {m for m in imported_modules(path) if m in files and m != name} for name, path in files.items()}
 
 
 @pytest.mark.parametrize("wing", sorted(ALLOWED))
@@ -40,9 +62,73 @@ def test_a_wing_imports_nothing_from_a_wing_above_it(wing):
     assert not offending, "\n".join(offending)
 
 
+def test_grading_rooms_import_only_downwards():
+    offending = []
+    for path in sorted((PACKAGE / "grading").rglob("*.py")):
+        room = room_of(module_name(path))
+        for module in imported_modules(path):
+            if wing_of(module) == "grading" and len(module.split(".")) > 2:
+                if ROOMS.index(room_of(module)) > ROOMS.index(room):
+                    offending.append(f"{path.relative_to(PACKAGE.parent)} ({room}) imports {module} ({room_of(module)})")
+    assert not offending, "\n".join(offending)
+
+
+def test_the_course_model_is_the_bottom():
+    imported = imported_modules(PACKAGE / "course.py")
+    assert imported == set(), f"autograder/course.py imports {imported}"
+
+
 def test_every_module_belongs_to_a_wing_or_is_the_face():
     top_level = sorted(p.name for p in PACKAGE.glob("*.py"))
-    assert top_level == ["__init__.py", "__main__.py", "cli.py"]
+    assert top_level == ["__init__.py", "__main__.py", "cli.py", "course.py"]
+    assert imported_modules(PACKAGE / "cli.py") <= {"autograder.course", "autograder.course.Course",
+                                                     "autograder.course.CourseError",
+                                                     "autograder.grading.records.speed",
+                                                     "autograder.grading.records.speed.skip_iri_format_checks",
+                                                     "autograder.grading.running.executor",
+                                                     "autograder.grading.running.executor.warm_up"}, \
+        "cli.py only dispatches: each command's arguments live in autograder/commands/"
+
+
+def find_cycles(graph: dict[str, set[str]]) -> list[str]:
+    """Import circles in ``graph`` (module -> modules it imports), each as "a -> b -> a"."""
+    state: dict[str, int] = {}
+    cycles = []
+
+    def visit(name: str, path: list[str]) -> None:
+        state[name] = 1
+        for target in sorted(graph.get(name, ())):
+            if state.get(target) == 1:
+                cycles.append(" -> ".join(path[path.index(target):] + [target]))
+            elif target not in state:
+                visit(target, path + [target])
+        state[name] = 2
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [name])
+    return cycles
+
+
+def test_no_import_circles():
+    assert find_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a -> b -> c -> a"]  # the check sees one
+    cycles = find_cycles(modules())
+    assert not cycles, "\n".join(cycles)
+
+
+def test_no_module_is_over_500_lines():
+    long = {str(p.relative_to(PACKAGE.parent)): n for p in PACKAGE.rglob("*.py")
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
+    assert not long, f"modules over {MAX_LINES} lines: {long}"
+
+
+def test_every_command_module_has_its_help_arguments_and_run():
+    from autograder import cli
+
+    assert cli.available_commands() == list(cli.COMMANDS)
+    for name in cli.COMMANDS:
+        module = cli._command(name)
+        assert module.HELP and module.DESCRIPTION and callable(module.add_arguments) and callable(module.run), name
 
 
 def test_the_rule_is_seen_by_the_check(tmp_path):
@@ -51,3 +137,4 @@ def test_the_rule_is_seen_by_the_check(tmp_path):
     module.write_text("def f():\n    from autograder.grading.grade import grade\n")
     assert "autograder.grading.grade" in imported_modules(module)
     assert wing_of("autograder.grading.grade") == "grading"
+    assert room_of("autograder.grading.grade") == "top" and room_of("autograder.grading.running.executor") == "running"

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import nbformat
 
-from autograder.authoring.course import Course, CourseError
+from autograder.course import Course, CourseError
 
 CELL_ID = "colab-setup"
 LINKS_BEGIN, LINKS_END = "<!-- notebook links: python -m autograder.authoring.colab -->", "<!-- end of notebook links -->"

@@ -41,16 +41,16 @@ os.makedirs(c.Exchange.root, exist_ok=True)
 
 # nbgrader scores a test cell 0 for any stderr text, and torch prints harmless warnings there.
 # Kernels that nbgrader starts (autograde, validate, the Lab "Validate" button) load
-# autograder.grading.kernel, which prints warnings to stdout instead. IgnorePattern stays as a
+# autograder.grading.running.kernel, which prints warnings to stdout instead. IgnorePattern stays as a
 # second line of defence for warnings written to stderr by other means.
 c.Execute.extra_arguments = [
     "--HistoryManager.hist_file=:memory:",
-    "--InteractiveShellApp.extensions=autograder.grading.kernel",
+    "--InteractiveShellApp.extensions=autograder.grading.running.kernel",
 ]
 c.IgnorePattern.pattern = r"(UserWarning|DeprecationWarning|FutureWarning)"
 
 # A test cell the student deleted is put back from the gradebook (by default it scores 0). The
-# grader (autograder.grading.restore) also handles renamed, duplicated and moved tests before this runs.
+# grader (autograder.grading.running.restore) also handles renamed, duplicated and moved tests before this runs.
 c.OverwriteCells.add_missing_cells = True
 
 # A cell may run this long (seconds) before nbgrader stops it.
@@ -71,4 +71,4 @@ c.GenerateFeedback.preprocessors = [
 # nbconvert's templates clean outputs too and leave out JavaScript and widget outputs; the
 # preprocessor also cleans markdown cells, which the formgrader's own template renders uncleaned.
 c.HTMLExporter.sanitize_html = True
-c.HTMLExporter.preprocessors = ["autograder.grading.feedback.SanitizeStudentHTML"]
+c.HTMLExporter.preprocessors = ["autograder.grading.results.feedback.SanitizeStudentHTML"]

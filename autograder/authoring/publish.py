@@ -22,16 +22,16 @@ import string
 from pathlib import Path
 
 from autograder.authoring.colab import add_setup_cell, binder_url, checked_repository, links_table, student_repository
-from autograder.authoring.course import Course, CourseError
+from autograder.course import Course, CourseError
 
 TEMPLATES = Path(__file__).resolve().parent / "student_edition"
 # A student distribution ships the student's library and what `python -m autograder check` needs
 # (the course's folders and nbgrader settings, the grading pipeline that runs one notebook): these
 # modules and every module they import, found by reading their imports (``_shipped_modules``), so
-# a new import is shipped without a list to keep up to date. The CLI's own imports are not followed:
-# its instructor commands import their modules lazily, and stay with the instructor.
-STUDENT_ENTRY_POINTS = ("__init__.py", "__main__.py", "cli.py", "student", "authoring/nbgrader_config.py",
-                        "grading/selfcheck.py")
+# a new import is shipped without a list to keep up to date. Of the commands (``autograder.commands``)
+# only ``check`` is shipped: the CLI lists what is installed, so the edition's --help shows only it.
+STUDENT_ENTRY_POINTS = ("__init__.py", "__main__.py", "cli.py", "course.py", "student", "authoring/nbgrader_config.py",
+                        "commands/__init__.py", "commands/check.py", "grading/selfcheck.py")
 NOT_FOLLOWED = ("cli.py",)
 # What students need of the dependencies: the library itself and JupyterLab with nbgrader (the
 # Validate button and `check`); not the instructor's cluster, PostgreSQL or test tools.

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from nbgrader.validator import Validator
 
-from autograder.authoring.course import Course
+from autograder.course import Course
 
 
 @dataclass

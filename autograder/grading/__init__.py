@@ -1,12 +1,19 @@
 """The instructor's grading: from the LMS download to grades, feedback and a report.
 
-- ``collect``, ``roster``: submissions and the class list in;
-- ``grade``: the pipeline (nbgrader's own steps around a parallel executor), with
-  ``executor`` and ``warm`` (the forked, pre-warmed processes cells run in), ``kernel`` (set-up of
-  every grading kernel), ``tamper`` (the tamper guard) and ``restore`` (tests put back);
-- ``feedback``, ``report``: what goes back to students and what the instructor reads;
-- ``selfcheck``: ``check NOTEBOOK``, one notebook graded locally the same way;
-- ``bench``: this grader against sequential ``nbgrader autograde``; ``demo``: the demo class.
+Three rooms, imported only downwards (``running`` <- ``records`` <- ``results`` <- this level):
 
-Grading uses ``autograder.authoring.course`` for the course's folders and settings.
+- ``running``: running a student's notebook safely: ``sandbox``, ``confinement`` (limits, the
+  sandbox mode), ``executor`` (a fresh process per notebook, forked from the ``warm`` one) with
+  its ``child`` and message ``protocol``, the ``referee`` (and ``referee_process``) that re-decides
+  test cells where student code cannot reach, the ``tamper`` guard, ``kernel`` (set-up of every
+  grading kernel) and ``restore`` (tests put back);
+- ``records``: the class's records: ``roster``, ``collect`` and ``lms`` (downloads in),
+  ``submissions`` (a submitted file read safely), ``deadlines``, ``grades`` (grades.csv),
+  ``fingerprint`` (what a grade depends on) and ``speed`` (nbgrader's gradebook steps made cheap);
+- ``results``: what comes out: ``feedback``, ``report``, ``export``, ``similarity`` and ``terminal``
+  (tables and progress bars);
+- here: ``grade`` (the pipeline: nbgrader's own steps around the parallel executor), ``selfcheck``
+  (``check NOTEBOOK``), ``bench`` (against sequential ``nbgrader autograde``) and ``demo``.
+
+Every step finds the course through ``autograder.course``.
 """

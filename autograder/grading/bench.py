@@ -31,7 +31,7 @@ from pathlib import Path
 
 from nbgrader.api import Gradebook
 
-from autograder.authoring.course import Course
+from autograder.course import Course
 from autograder.grading.demo.make_demo import ASSIGNMENT, demo_notebooks
 
 
@@ -124,11 +124,11 @@ def profile(source: Course, students: int = 12, out=sys.stdout) -> dict[str, flo
     ``SaveAutoGrades``), and the gradebook and folders at the end.
     """
     from autograder.grading import grade as grading
-    from autograder.grading.executor import execute, warm_up
+    from autograder.grading.running.executor import execute, warm_up
 
     steps = {name: 0.0 for name in ("prepare", "child start", "cells", "outputs and scoring", "gradebook at the end")}
     started = time.monotonic()
-    subprocess.run([sys.executable, "-c", "from autograder.grading.speed import skip_iri_format_checks; "
+    subprocess.run([sys.executable, "-c", "from autograder.grading.records.speed import skip_iri_format_checks; "
                     "skip_iri_format_checks(); import autograder.cli, autograder.grading.grade; "
                     "autograder.cli.build_parser()"], check=True)
     start_seconds = time.monotonic() - started

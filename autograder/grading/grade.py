@@ -6,21 +6,20 @@ The steps are nbgrader's own ``autograde``, rearranged so that the slow one runs
    notebook, and sanitize it with nbgrader's preprocessors (clear outputs, restore the tests
    from the gradebook, check the cell metadata);
 2. (in parallel) run its cells in a fresh process forked from a warm one
-   (``autograder.grading.executor``), locally or on a Dask cluster;
+   (``autograder.grading.running.executor``), locally or on a Dask cluster;
 3. (here, one at a time) score it with nbgrader's preprocessors (``SaveAutoGrades`` and
    friends), then move the autograded folder into place with a marker saying what was graded.
 
 Only this process writes to the gradebook, so parallel grading never meets a lock error; a
 lock file keeps two grading runs from interleaving. A submission whose marker matches its
 files and what grades them (the assignment's source and tests, the grader's version:
-``autograder.grading.fingerprint``) is not graded again, so an interrupted run resumes where it
+``autograder.grading.records.fingerprint``) is not graded again, so an interrupted run resumes where it
 stopped, a second run changes nothing, and a fixed test regrades that assignment's submissions.
 ``grades.csv`` gets one row per student with a status saying what happened, how late and the penalty.
 """
 
 from __future__ import annotations
 
-import csv
 import fcntl
 import hashlib
 import json
@@ -31,7 +30,7 @@ import warnings
 from collections import deque
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
@@ -43,37 +42,21 @@ from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, Clea
                                     IgnorePattern, LimitOutput, OverwriteCells, OverwriteKernelspec,
                                     SaveAutoGrades)
 
-from autograder.authoring.course import Course, CourseError
-from autograder.grading import deadlines, referee, sandbox
-from autograder.grading.executor import Execution, Limits, SandboxRefused, confine, execute, warm_up
-from autograder.grading.fingerprint import graded_with, submission_digest, why_regrade
-from autograder.grading.terminal import GradingProgress
-from autograder.grading.restore import RestoreTests
-from autograder.grading.speed import nbgrader_speedups, sync_assignment
+from autograder.course import Course, CourseError
+from autograder.grading.records import deadlines
+from autograder.grading.records.grades import Row, worsen, write_grades_csv
+from autograder.grading.records.submissions import InvalidNotebook, read_submission, write_problem_notebook
+from autograder.grading.running import referee
+from autograder.grading.running import sandbox
+from autograder.grading.running.confinement import Limits, SandboxRefused, confine
+from autograder.grading.running.executor import Execution, execute, warm_up
+from autograder.grading.records.fingerprint import graded_with, submission_digest, why_regrade
+from autograder.grading.results.terminal import GradingProgress
+from autograder.grading.running.restore import RestoreTests
+from autograder.grading.records.speed import nbgrader_speedups, sync_assignment
 
-GRADES_CSV = "grades.csv"
 MARKER = ".autograder.json"
-MAX_NOTEBOOK_BYTES = 50 * 1024**2
 
-# Worst first: a student's status is the worst of their notebooks'.
-STATUSES = ["tampering found", "invalid notebook", "kernel died", "timed out", "ran out of memory", "missing",
-            "graded"]
-
-
-@dataclass
-class Row:
-    """One student's line in grades.csv."""
-
-    student_id: str
-    assignment: str
-    score: float = 0.0
-    max_score: float = 0.0
-    status: str = "graded"
-    detail: str = ""
-    reused: bool = field(default=False, compare=False)
-    regraded: str = field(default="", compare=False)  # why an earlier grade was replaced, if one was
-    late: str = ""         # how late after the due date (and extension), e.g. "1 day 2 h"; "" when on time
-    penalty: float = 0.0   # points taken for lateness (score is after the penalty)
 
 
 @dataclass
@@ -86,7 +69,7 @@ class Task:
     cwd: str
     limits: Limits
     env: dict[str, str]
-    trusted: dict | None = None   # the instructor's cells, for the referee (autograder.grading.referee)
+    trusted: dict | None = None   # the instructor's cells, for the referee (autograder.grading.running.referee)
 
 
 def run_task(task: Task) -> Execution:
@@ -105,7 +88,7 @@ def grade(course: Course, assignment: str, jobs: int | None = None, limits: Limi
     course.check_assignment(assignment)
     jobs = jobs or os.cpu_count() or 1
     limits = limits or Limits(threads=max(1, (os.cpu_count() or 1) // jobs))
-    try:  # the sandbox each notebook runs in (autograder.grading.sandbox); Dask workers decide their own
+    try:  # the sandbox each notebook runs in (autograder.grading.running.sandbox); Dask workers decide their own
         limits = confine(limits, [course.root, course.grading, course.solutions], here=not scheduler)
     except SandboxRefused as error:
         raise CourseError(str(error)) from None
@@ -321,8 +304,8 @@ class _Grader:
                     problem = f"{notebook_id}.ipynb: {error}"
             if problem:
                 self._zero(student, notebook_id)
-                _worsen(row, "invalid notebook", problem)
-                _write_problem_notebook(staging / f"{notebook_id}.ipynb", problem)
+                worsen(row, "invalid notebook", problem)
+                write_problem_notebook(staging / f"{notebook_id}.ipynb", problem)
                 continue
             nbformat.write(nb, staging / f"{notebook_id}.ipynb")
             self.sanitized[student, notebook_id] = nb
@@ -395,7 +378,7 @@ class _Grader:
         row, left = self.pending[task.student_id]
         if execution.status != "graded":
             where = _cell_name(nb, execution.cell)
-            _worsen(row, execution.status, f"{task.notebook_id}, {where}"
+            worsen(row, execution.status, f"{task.notebook_id}, {where}"
                                            f"{': ' + execution.detail if execution.detail else ''}")
         self.pending[task.student_id] = (row, left - 1)
         if left - 1:
@@ -422,43 +405,6 @@ class _Grader:
         return row
 
 
-class InvalidNotebook(Exception):
-    """A submitted file that cannot be graded as a notebook; the message says why."""
-
-
-def read_submission(path: Path):
-    """Read a submitted notebook, or raise InvalidNotebook saying, for the student, what is wrong."""
-    size = path.stat().st_size
-    if size == 0:
-        raise InvalidNotebook("the file is empty")
-    if size > MAX_NOTEBOOK_BYTES:
-        raise InvalidNotebook(f"the file is {size / 1024**2:.0f} MB; notebooks over "
-                              f"{MAX_NOTEBOOK_BYTES // 1024**2} MB are not graded (clear large outputs and resubmit)")
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise InvalidNotebook(f"the file is not UTF-8 text (byte {error.start}): it is not a notebook") from error
-    try:
-        data = json.loads(text)
-    except ValueError as error:
-        raise InvalidNotebook(f"the file is not valid JSON ({error}): was it saved by Jupyter?") from error
-    if not isinstance(data, dict) or "cells" not in data and "worksheets" not in data:
-        raise InvalidNotebook("the file is JSON but not a notebook")
-    try:
-        return nbformat.reads(text, as_version=4)
-    except Exception as error:
-        raise InvalidNotebook(f"the notebook cannot be read ({error})") from error
-
-
-def _write_problem_notebook(path: Path, problem: str) -> None:
-    """A one-cell notebook in the autograded folder, so the feedback says what went wrong."""
-    nb = nbformat.v4.new_notebook()
-    nb.cells.append(nbformat.v4.new_markdown_cell(
-        f"## This submission could not be graded\n\n{problem}\n\nEvery test in it scores 0. "
-        "Open the notebook in JupyterLab, check that it runs, save it, and hand it in again."))
-    nbformat.write(nb, path)
-
-
 def _cell_name(nb, index: int | None) -> str:
     """How a person finds a cell: the graded test's id, else the exercise it follows, else its number."""
     if index is None:
@@ -469,13 +415,6 @@ def _cell_name(nb, index: int | None) -> str:
     before = [c.metadata.get("nbgrader", {}).get("grade_id") for c in nb.cells[:index]]
     named = [g for g in before if g]
     return f"cell {index + 1}" + (f" (after '{named[-1]}')" if named else "")
-
-
-def _worsen(row: Row, status: str, detail: str) -> None:
-    if STATUSES.index(status) < STATUSES.index(row.status):
-        row.status, row.detail = status, detail
-    elif status == row.status and detail and detail not in row.detail:
-        row.detail = f"{row.detail}; {detail}" if row.detail else detail
 
 
 def _sync_gradebook(course: Course, assignment: str) -> None:
@@ -515,24 +454,3 @@ def _grading_lock(course: Course):
             print("another grading run is in progress; waiting for it to finish ...", file=sys.stderr)
             fcntl.flock(lock, fcntl.LOCK_EX)
         yield
-
-
-def write_grades_csv(course: Course, assignment: str, rows: list[Row]) -> Path:
-    """Write (or update) grades.csv: one row per student and assignment."""
-    path = course.grading / GRADES_CSV
-    kept = []
-    if path.exists():
-        with open(path, newline="") as f:
-            kept = [r for r in csv.DictReader(f) if r.get("assignment") != assignment]
-    fields = ["student_id", "assignment", "score", "max_score", "status", "detail", "late", "penalty"]
-    temporary = path.with_suffix(".csv.tmp")
-    with open(temporary, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=fields)
-        writer.writeheader()
-        writer.writerows(kept)
-        for r in rows:
-            writer.writerow({"student_id": r.student_id, "assignment": r.assignment, "score": f"{r.score:g}",
-                             "max_score": f"{r.max_score:g}", "status": r.status, "detail": r.detail,
-                             "late": r.late, "penalty": f"{r.penalty:g}" if r.penalty else ""})
-    temporary.replace(path)
-    return path

@@ -19,8 +19,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from autograder.authoring.course import Course, CourseError
-from autograder.grading.executor import Limits
+from autograder.course import Course, CourseError
+from autograder.grading.running.confinement import Limits
 from autograder.grading.grade import grade
 
 STUDENT = "me"

@@ -10,7 +10,7 @@ import pytest
 
 from autograder.authoring.colab import (CELL_ID, PLACEHOLDER, REPOSITORY_VARIABLE, add_setup_cells, binder_url,
                                         colab_url, setup_source, student_repository, update_readme_links)
-from autograder.authoring.course import Course, CourseError
+from autograder.course import Course, CourseError
 from conftest import REPO, read_notebook, source
 
 CLASS = "https://github.com/example-class/autograd-2027"

@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from autograder.authoring.course import Course
+from autograder.course import Course
 from autograder.grading.selfcheck import check_notebook
 from conftest import REPO, filled_release, solution_answers
 

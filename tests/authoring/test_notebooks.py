@@ -7,7 +7,8 @@ import re
 import pytest
 from nbgrader.validator import Validator
 
-from autograder.authoring.course import Course, release
+from autograder.authoring.release import release
+from autograder.course import Course
 from autograder.authoring.validation import validate_solution
 from conftest import REPO, nbgrader_meta, read_notebook, source
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from autograder.authoring.colab import REPOSITORY_VARIABLE, binder_url, colab_url, setup_source
-from autograder.authoring.course import Course
+from autograder.course import Course
 from autograder.authoring.publish import publish
 from conftest import CLASS_REPOSITORY, REPO, filled_release, read_notebook, solution_answers, source
 
@@ -161,13 +161,18 @@ def _in_dist(dist: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=dist)
 
 
-def test_the_distribution_imports_its_own_package_and_refuses_instructor_commands(dist):
+def test_the_distribution_imports_its_own_package_and_has_only_the_students_commands(dist):
     where = _in_dist(dist, "-c", "import autograder; print(autograder.__file__)")
     assert Path(where.stdout.strip()) == dist / "autograder" / "__init__.py", where.stderr
-    result = _in_dist(dist, "-m", "autograder", "validate")
-    assert result.returncode == 2
-    assert result.stderr.strip().splitlines() == [
-        "error: `validate` is an instructor's command, not part of this student distribution (it has `check`)"]
+    usage = _in_dist(dist, "-m", "autograder", "--help")
+    assert usage.returncode == 0, usage.stdout + usage.stderr
+    listed = [line.split()[0] for line in usage.stdout.split("COMMAND\n", 1)[1].split("\n\n")[0].splitlines()
+              if line.startswith("    ") and not line.startswith("     ")]
+    assert listed == ["check"], usage.stdout
+    assert "Check your notebooks" in usage.stdout
+    for command in ("validate", "release", "grade", "collect", "roster", "demo", "publish", "book"):
+        result = _in_dist(dist, "-m", "autograder", command)
+        assert result.returncode == 2 and "invalid choice" in result.stderr and "Traceback" not in result.stderr, command
 
 
 @pytest.mark.slow

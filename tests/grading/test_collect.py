@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from nbgrader.coursedir import CourseDirectory
 
-from autograder.grading.collect import CollectError, collect
-from autograder.authoring.course import CourseError
+from autograder.grading.records.collect import CollectError, collect
+from autograder.course import CourseError
 from autograder.grading.demo.make_demo import DEMO_ROOT
 
 ASSIGNMENT = "01_first_function"

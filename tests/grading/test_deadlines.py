@@ -7,10 +7,10 @@ from datetime import datetime
 
 import pytest
 
-from autograder.authoring.course import CourseError
+from autograder.course import CourseError
 from autograder.cli import main
-from autograder.grading import deadlines
-from autograder.grading.deadlines import LatePenalty, Policy, describe_lateness, parse_extension, penalty
+from autograder.grading.records import deadlines
+from autograder.grading.records.deadlines import LatePenalty, Policy, describe_lateness, parse_extension, penalty
 from autograder.grading.demo.make_demo import ASSIGNMENT, DEMO_ROOT
 from test_grading import autograder, grades_csv
 

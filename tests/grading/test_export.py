@@ -6,9 +6,9 @@ import csv
 
 import pytest
 
-from autograder.authoring.course import CourseError
-from autograder.grading.export import export
-from autograder.grading.grade import Row, write_grades_csv
+from autograder.course import CourseError
+from autograder.grading.results.export import export
+from autograder.grading.records.grades import Row, write_grades_csv
 
 ASSIGNMENT = "01_first_function"
 TESTS = [("test_a", 1.0), ("test_b", 2.0), ("test_c", 3.0)]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder.authoring.course import Course
+from autograder.course import Course
 from autograder.grading.demo.make_demo import ASSIGNMENT, DEMO_ROOT
 from conftest import REPO, nbgrader_meta, read_notebook, source
 

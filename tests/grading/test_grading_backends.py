@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from nbgrader.api import Gradebook
 
-from autograder.authoring.course import Course
+from autograder.course import Course
 from autograder.grading.demo.make_demo import ASSIGNMENT, DEMO_ROOT
 from conftest import REPO
 from test_grading import EXPECTED, autograder, grades_csv

@@ -34,9 +34,9 @@ from pathlib import Path
 
 import pytest
 
-from autograder.authoring.course import Course
-from autograder.grading import sandbox
-from autograder.grading.executor import NOTEBOOK_OUTPUT_CHARS
+from autograder.course import Course
+from autograder.grading.running import sandbox
+from autograder.grading.running.protocol import NOTEBOOK_OUTPUT_CHARS
 from conftest import running_jupyter
 from test_robustness import (ASSIGNMENT, FORGOT_GRAD_OUTPUT, MAX_SCORE, NOTEBOOK, WRONG_CUBE, Notebooks, _course,
                              autograded, autograder, code_cell, grades_csv, gradebook_scores, hidden_lines,
@@ -431,7 +431,7 @@ def jupyter_server(course: Course):
 @pytest.mark.parametrize("student", sorted(VERDICT_FORGING))
 def test_forging_a_verdict_from_inside_the_interpreter_gains_nothing(run, student):
     # Each of these makes the cube tests pass in the student's own process; the referee, which runs
-    # their checks again outside it, fails them (autograder/grading/referee.py).
+    # their checks again outside it, fails them (autograder/grading/running/referee.py).
     assert float(run.rows[student]["score"]) <= float(run.rows[UNTAMPERED[EXERCISE[student]]]["score"])
     if student in ("replaces_run_cell", "replaces_error_hook"):  # passed in their own process: the referee says why not
         assert "Cube: forward's output 0 is wrong (found by the grader's own check" in outputs_of(

@@ -10,9 +10,9 @@ from datetime import datetime, timezone
 import pytest
 from nbgrader.coursedir import CourseDirectory
 
-from autograder.authoring.course import CourseError
-from autograder.grading.collect import collect
-from autograder.grading.lms import Layout, Roster, RosterStudent, detect, resubmission_key
+from autograder.course import CourseError
+from autograder.grading.records.collect import collect
+from autograder.grading.records.lms import Layout, Roster, RosterStudent, detect, resubmission_key
 
 ASSIGNMENT = "01_first_function"
 NOTEBOOK = f"{ASSIGNMENT}.ipynb"

@@ -1,4 +1,4 @@
-"""The referee decides a test cell's value checks without running student code (autograder.grading.referee).
+"""The referee decides a test cell's value checks without running student code (autograder.grading.running.referee).
 
 Here the student's side is the real ``answer`` function applied to a real namespace, reached
 through a JSON round trip as the pipe carries it; the notebooks' own test cells are judged.
@@ -13,8 +13,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from autograder.grading import referee
-from autograder.grading.executor import Limits, execute, stop_referee
+from autograder.grading.running import referee
+from autograder.grading.running.confinement import Limits
+from autograder.grading.running.executor import execute
+from autograder.grading.running.referee_process import stop_referee
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK = ROOT / "solutions" / "01_first_function" / "01_first_function.ipynb"
@@ -219,7 +221,7 @@ def test_in_grading_a_forged_pass_is_overruled_and_an_honest_notebook_keeps_ever
 def test_a_student_who_hands_back_the_right_values_without_the_function_passes_the_value_checks(tmp_path):
     # The documented limit (README, threat model): the referee judges values; a forged answer that
     # computes the right values with torch itself (which needs knowing the answer) is not caught here.
-    forge = ("\nimport autograder.grading.referee as _r, torch as _t\n"
+    forge = ("\nimport autograder.grading.running.referee as _r, torch as _t\n"
              "def _forged(request, namespace):\n"
              "    x = _r.decode(request['args'][0]).requires_grad_()\n"
              "    y = x ** 3\n"

@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 from autograder.grading.demo.make_demo import ASSIGNMENT, DEMO_ROOT
-from autograder.grading.fingerprint import why_regrade
+from autograder.grading.records.fingerprint import why_regrade
 from conftest import nbgrader_meta
 from test_grading import EXPECTED, autograder, grades_csv
 

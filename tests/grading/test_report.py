@@ -8,8 +8,8 @@ import statistics
 import pytest
 from matplotlib.image import imread
 
-from autograder.authoring.course import CourseError
-from autograder.grading.report import report
+from autograder.course import CourseError
+from autograder.grading.results.report import report
 
 from conftest import filled_release, nbgrader_meta, read_notebook, solution_answers
 

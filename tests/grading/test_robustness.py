@@ -30,7 +30,7 @@ import nbformat
 import pytest
 from nbgrader.api import Gradebook
 
-from autograder.authoring.course import Course
+from autograder.course import Course
 from conftest import REPO, filled_release, nbgrader_meta, solution_answers
 
 pytestmark = pytest.mark.slow
@@ -618,7 +618,7 @@ def test_interrupted_killed_and_simultaneous_runs_lose_nothing(tmp_path):
 
 def test_plain_nbgrader_autograde_also_restores_and_reports_tampering(tmp_path):
     """nbgrader alone gives full marks to a wrong answer that replaces torch.allclose and gradcheck;
-    its kernels load autograder.grading.kernel, whose guard undoes that."""
+    its kernels load autograder.grading.running.kernel, whose guard undoes that."""
     course = _course(tmp_path)
     notebooks = Notebooks(course.root)
     wrong_cube = notebooks.edit("cube", *WRONG_CUBE["forward"],

@@ -9,8 +9,8 @@ import sys
 import pytest
 from nbgrader.api import Gradebook
 
-from autograder.authoring.course import Course, CourseError
-from autograder.grading.roster import import_roster
+from autograder.course import Course, CourseError
+from autograder.grading.records.roster import import_roster
 
 
 def students(course: Course) -> dict[str, tuple]:

@@ -14,8 +14,11 @@ from dataclasses import dataclass
 
 import pytest
 
-from autograder.grading import executor, sandbox
-from autograder.grading.executor import Limits, SandboxRefused, confine, execute
+from autograder.grading.running import confinement
+from autograder.grading.running import sandbox
+from autograder.grading.running.confinement import Limits, SandboxRefused, confine
+from autograder.grading.running.executor import execute
+from autograder.grading.running.protocol import Messages, NOTEBOOK_OUTPUT_CHARS, ProtocolError
 
 PROBE = """
 import os, signal, socket, time
@@ -168,7 +171,7 @@ for path in ('here.bin', '/tmp/there.bin', '/dev/shm/shared.bin'):
 
 
 def test_grading_refuses_without_a_sandbox_unless_told(monkeypatch):
-    monkeypatch.setattr(executor, "_available", "off")
+    monkeypatch.setattr(confinement, "_available", "off")
     with pytest.raises(SandboxRefused, match="--no-sandbox"):
         confine(Limits(), ["/course"])
     assert confine(Limits(sandbox="off"), ["/course"]).sandbox == "off"
@@ -181,26 +184,26 @@ def test_this_machine_allows_the_strongest_mode():
 
 
 def test_the_grader_accepts_only_the_message_it_expects_next():
-    """What a notebook's process sends is checked before anything trusts it (executor._Messages)."""
+    """What a notebook's process sends is checked before anything trusts it (protocol.Messages)."""
     cells = [{"cell_type": "markdown", "source": ""}, {"cell_type": "code", "source": ""},
              {"cell_type": "code", "source": ""}]
     stream = {"output_type": "stream", "name": "stdout", "text": "hi"}
     bad = [["start", 2], ["end", 1, [], 1, "ok"], ["done"], ["start", "1"], ["crash", 1], "start", [], ["x"]]
     for message in bad:
-        with pytest.raises(executor.ProtocolError):
-            executor._Messages(cells, Limits()).check(message)
-    messages = executor._Messages(cells, Limits())
+        with pytest.raises(ProtocolError):
+            Messages(cells, Limits().output_chars).check(message)
+    messages = Messages(cells, Limits().output_chars)
     assert messages.check(["start", 1]) == ["start", 1]
     for wrong_output in ({"output_type": "stream", "name": "stdin", "text": "x"}, {"output_type": "script"},
                          {"output_type": "display_data", "data": {"html": "x"}, "metadata": {}}):
-        with pytest.raises(executor.ProtocolError):
-            checked = executor._Messages(cells, Limits())
+        with pytest.raises(ProtocolError):
+            checked = Messages(cells, Limits().output_chars)
             checked.check(["start", 1])
             checked.check(["end", 1, [wrong_output], 1, "ok"])
-    with pytest.raises(executor.ProtocolError):
+    with pytest.raises(ProtocolError):
         messages.check(["end", 1, [stream], 1, "passed"])  # not a status
     assert messages.check(["end", 1, [stream], 1, "ok"]) == ["end", 1, [stream], 1, "ok"]
-    with pytest.raises(executor.ProtocolError):
+    with pytest.raises(ProtocolError):
         messages.check(["done"])  # cell 2 has not run
     messages.check(["start", 2])
     messages.check(["end", 2, [], 2, "ok"])
@@ -208,8 +211,8 @@ def test_the_grader_accepts_only_the_message_it_expects_next():
 
 
 def test_a_notebook_keeps_its_errors_but_not_endless_output():
-    messages = executor._Messages([{"cell_type": "code"}] * 3, Limits())
-    big = {"output_type": "stream", "name": "stdout", "text": "x" * (executor.NOTEBOOK_OUTPUT_CHARS - 100)}
+    messages = Messages([{"cell_type": "code"}] * 3, Limits().output_chars)
+    big = {"output_type": "stream", "name": "stdout", "text": "x" * (NOTEBOOK_OUTPUT_CHARS - 100)}
     error = {"output_type": "error", "ename": "AssertionError", "evalue": "wrong", "traceback": []}
     kept = []
     for index in range(3):

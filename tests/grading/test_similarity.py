@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from autograder.authoring.course import CourseError
+from autograder.course import CourseError
 from autograder.grading.demo.make_demo import ASSIGNMENT, IVY, copied, filled_release, solution_answers
-from autograder.grading.similarity import similarity
+from autograder.grading.results.similarity import similarity
 
 NOTEBOOK = f"{ASSIGNMENT}.ipynb"
 SCRIPT = "</pre><script>alert('x')</script>"

@@ -11,7 +11,7 @@ import pytest
 from autograder import cli
 from autograder.grading import grade as grading
 from autograder.grading.demo.make_demo import ASSIGNMENT, DEMO_ROOT
-from autograder.grading.grade import GRADES_CSV
+from autograder.grading.records.grades import GRADES_CSV
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 import re
 
-from autograder.grading.terminal import GradingProgress, print_markdown, print_table, progress
+from autograder.grading.results.terminal import GradingProgress, print_markdown, print_table, progress
 
 
 class Terminal(io.StringIO):

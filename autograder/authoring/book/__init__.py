@@ -20,7 +20,6 @@ notebook is not executed again unless its code, its data files or ``autograder.s
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import importlib.util
 import io
@@ -33,8 +32,8 @@ from pathlib import Path
 import nbformat
 from nbgrader.preprocessors import ClearHiddenTests
 
-from autograder.authoring.colab import REPOSITORY_VARIABLE, binder_url, colab_url, student_repository
-from autograder.authoring.course import Course, CourseError
+from autograder.authoring.colab import binder_url, colab_url, student_repository
+from autograder.course import Course, CourseError
 
 CONF_DIR = Path(__file__).resolve().parent  # conf.py lives beside this file
 TITLE = "Custom autograd Functions in PyTorch"
@@ -278,36 +277,3 @@ def _title(notebook: nbformat.NotebookNode, fallback: str) -> str:
                 if line.startswith("#"):
                     return line.lstrip("#").strip()
     return fallback
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("assignments", nargs="*", metavar="ASSIGNMENT", help="assignment ids (default: all)")
-    parser.add_argument("--output", type=Path,
-                        help="folder to build the book in (default: book/ in the repository); "
-                             "a book built there before is updated")
-    parser.add_argument("--work", type=Path,
-                        help="folder for Sphinx's sources, doctrees and the execution cache (default: build/book/)")
-
-
-def run(args: argparse.Namespace, course: Course) -> int:
-    built = build(course, args.output or course.root / "book", args.assignments, args.work)
-    print(f"notebooks executed: {len(built.executed)} ({', '.join(built.executed) or 'all from the cache'})")
-    print(f"open {built.index} in a browser")
-    return 0
-
-
-DESCRIPTION = (f"Build the course as a book with Sphinx and MyST-NB: every solution notebook run (hidden "
-               f"tests left out, answers folded), with search, offline math, light/dark mode, and links to "
-               f"each chapter's student notebook. Executions are cached. Colab and Binder links open the "
-               f"students' repository (student-repository in pyproject.toml, or ${REPOSITORY_VARIABLE}).")
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m autograder.authoring.book", description=DESCRIPTION)
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        return run(args, Course.locate())
-    except CourseError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import nbformat
 
-from autograder.authoring.course import Course, CourseError
+from autograder.course import Course, CourseError
 
 ASSIGNMENT = "01_first_function"
 DEMO_ROOT = Path(__file__).resolve().parent

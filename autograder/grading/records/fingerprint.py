@@ -15,8 +15,8 @@ import autograder
 
 # The code whose behaviour decides a score: the checker the tests call and the grading pipeline.
 _PACKAGE = Path(autograder.__file__).resolve().parent
-GRADER_SOURCES = ("student/*.py", "grading/grade.py", "grading/executor.py", "grading/warm.py",
-                  "grading/kernel.py", "grading/tamper.py", "grading/restore.py", "authoring/nbgrader_config.py")
+GRADER_SOURCES = ("student/**/*.py", "course.py", "grading/grade.py", "grading/running/*.py",
+                  "authoring/nbgrader_config.py")
 
 
 def folder_digest(folder: Path) -> str:
@@ -45,7 +45,7 @@ def grader_version() -> str:
     digest = hashlib.sha256()
     for pattern in GRADER_SOURCES:
         for path in sorted(_PACKAGE.glob(pattern)):
-            digest.update(path.name.encode() + b"\0" + path.read_bytes())
+            digest.update(str(path.relative_to(_PACKAGE)).encode() + b"\0" + path.read_bytes())
     try:
         ours = metadata.version("custom-autograd-course")  # the distribution; the import name is autograder
     except metadata.PackageNotFoundError:

@@ -20,8 +20,8 @@ from pathlib import Path
 
 from nbgrader.api import MissingEntry
 
-from autograder.authoring.course import Course, CourseError
-from autograder.grading.grade import GRADES_CSV
+from autograder.course import Course, CourseError
+from autograder.grading.records.grades import GRADES_CSV
 
 CANVAS_FIXED = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
 

@@ -1,7 +1,7 @@
 """The warm process that grading forks from, and the IPython shell each forked child runs.
 
 Importing this module is the expensive part of starting a kernel (torch alone is ~2 s), so
-the grader's forkserver imports it once (``autograder.grading.executor``). ``new_shell()`` then builds,
+the grader's forkserver imports it once (``autograder.grading.running.executor``). ``new_shell()`` then builds,
 inside each child, an IPython shell whose outputs are recorded in nbformat's shape instead of
 being printed: what ipykernel would have sent to Jupyter, without a kernel or ZeroMQ.
 """
@@ -42,14 +42,14 @@ from IPython.core.interactiveshell import InteractiveShell
 from traitlets.config import Config
 
 from autograder import check_callable, check_forward, check_function, draw_graph  # noqa: F401  (the checker, as the notebooks import it)
-import autograder.grading.kernel
-import autograder.grading.tamper
+import autograder.grading.running.kernel
+import autograder.grading.running.tamper
 
 matplotlib.pyplot.switch_backend("module://matplotlib_inline.backend_inline")  # what each shell enables
 PIL.Image.init()  # the image format plugins, otherwise loaded by each child's first figure
 # The tamper guard's record of the genuine objects, taken once here, where no student code has run:
 # every child checks against it (taking it in each child cost ~8 ms).
-GENUINE = autograder.grading.tamper.Guard()
+GENUINE = autograder.grading.running.tamper.Guard()
 
 OUT_OF_MEMORY_TEXT = ("can't allocate memory", "not enough memory", "out of memory")
 
@@ -122,7 +122,7 @@ class OutputRecorder:
             self.status = "ran out of memory"
             limit = f" (a notebook may use {self.memory / 1024**3:g} GB)" if self.memory else ""
             name, value = "MemoryError", f"ran out of memory{limit}: {value}".rstrip(": ")
-        elif name == "TamperingFound" and self.status == "ok":  # see autograder.grading.tamper
+        elif name == "TamperingFound" and self.status == "ok":  # see autograder.grading.running.tamper
             self.status = "tampering found"
         if len(value) > 10_000:
             value = value[:10_000] + " ... (message truncated)"
@@ -261,7 +261,7 @@ def new_shell(hidden_lines: list[str] = ()) -> GradingShell:
     sys.stdout = RecordedStream(recorder, "stdout")
     sys.stderr = RecordedStream(recorder, "stdout")
     shell.enable_matplotlib("inline")
-    shell.tamper_guard = autograder.grading.kernel.load_ipython_extension(shell, GENUINE)
+    shell.tamper_guard = autograder.grading.running.kernel.load_ipython_extension(shell, GENUINE)
     return shell
 
 

@@ -18,8 +18,8 @@ from bleach import ALLOWED_ATTRIBUTES, ALLOWED_TAGS
 from nbconvert.preprocessors.sanitize import SanitizeHTML
 from traitlets import Any, Bool, List, Unicode
 
-from autograder.authoring.course import Course, CourseError
-from autograder.grading import deadlines
+from autograder.course import Course, CourseError
+from autograder.grading.records import deadlines
 
 HIDDEN_MARKERS = ("### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS")
 

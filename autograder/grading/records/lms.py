@@ -15,7 +15,7 @@ import unicodedata
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from autograder.authoring.course import Course, CourseError
+from autograder.course import Course, CourseError
 
 # Built-in layouts, most specific first (a tie in matched notebooks goes to the earlier one).
 # ``on`` says what the expression reads: the file's name, or its path inside the download.

@@ -1,4 +1,8 @@
-"""Where the course lives on disk, and how to run nbgrader on it with this course's settings."""
+"""Where the course lives on disk, and how to run nbgrader on it with this course's settings.
+
+The bottom of the package: every wing (authoring, grading, the commands) finds the course's
+folders, its nbgrader settings and its gradebook here; it imports nothing from them.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +15,7 @@ from pathlib import Path
 from traitlets.config import Config
 from traitlets.config.loader import PyFileConfigLoader
 
-CONFIG_DIR = Path(__file__).resolve().parent  # nbgrader_config.py lives beside this file
+CONFIG_DIR = Path(__file__).resolve().parent / "authoring"  # where nbgrader_config.py lives
 ROOT_VARIABLE = "AUTOGRADER_COURSE_ROOT"
 
 
@@ -132,12 +136,3 @@ def _python_bin_first(path: str) -> str:
 class CourseError(Exception):
     """A problem an instructor can fix; the CLI prints it as one clear message."""
 
-
-def release(course: Course, assignments: list[str] | None = None) -> list[Path]:
-    """Generate the student version of each assignment into ``course/`` (no gradebook needed)."""
-    written = []
-    for assignment in assignments or course.assignments():
-        course.check_assignment(assignment)
-        course.nbgrader("generate_assignment", assignment, "--force", "--no-db", "--log-level=WARN")
-        written += course.notebooks(assignment, released=True)
-    return written

@@ -20,7 +20,7 @@ from nbgrader.plugins import LateSubmissionPlugin
 from traitlets import Bool, Float
 from traitlets.config import Config
 
-from autograder.authoring.course import Course, CourseError
+from autograder.course import Course, CourseError
 
 FILE = "deadlines.json"
 PERIODS = {"hour": 3600.0, "day": 86400.0}

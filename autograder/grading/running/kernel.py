@@ -4,7 +4,7 @@ nbgrader scores a test cell 0 when it wrote anything to stderr, and torch prints
 warnings there. A warning is never the student's fault, so in grading kernels warnings are
 printed to stdout instead: still visible in the feedback, never costing marks.
 
-It also installs the tamper guard (``autograder.grading.tamper``) before the first cell runs, so
+It also installs the tamper guard (``autograder.grading.running.tamper``) before the first cell runs, so
 student code that replaces ``torch.allclose``, the checker or the names the tests use is
 undone after every cell and reported in it.
 """
@@ -19,7 +19,7 @@ def _show_on_stdout(message, category, filename, lineno, file=None, line=None):
 
 def load_ipython_extension(ipython, guard=None):
     """Set up a grading kernel; return its tamper guard (the grader keeps it, and may pass one made earlier)."""
-    from autograder.grading import tamper
+    from autograder.grading.running import tamper
 
     warnings.showwarning = _show_on_stdout
     return tamper.install(ipython, guard)

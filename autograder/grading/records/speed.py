@@ -30,7 +30,7 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
-from autograder.authoring.course import Course, CourseError
+from autograder.course import Course, CourseError
 
 _engines: dict[str, object] = {}
 

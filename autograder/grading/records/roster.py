@@ -12,8 +12,8 @@ import csv
 from dataclasses import dataclass
 from pathlib import Path
 
-from autograder.grading.lms import is_valid_student_id
-from autograder.authoring.course import Course, CourseError
+from autograder.grading.records.lms import is_valid_student_id
+from autograder.course import Course, CourseError
 
 FIELDS = ("first_name", "last_name", "email", "lms_user_id")
 

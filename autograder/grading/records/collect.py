@@ -3,7 +3,7 @@
 The source is an LMS download, a zip or a folder: Canvas's flat zip, Moodle's folders, Blackboard's
 attempt files, a folder per student (``SOURCE/<student_id>/<notebook>.ipynb``, optionally wrapped
 in one top-level folder), or any layout an instructor describes with a regular expression
-(``autograder.grading.lms``). Submissions are untrusted input: paths that leave the folder (``..``,
+(``autograder.grading.records.lms``). Submissions are untrusted input: paths that leave the folder (``..``,
 absolute paths), symbolic links, special files and oversized notebooks are refused with a message,
 and nothing is ever written outside ``<grading>/submitted/``. Notebooks are copied as bytes, not
 parsed: an invalid notebook is the grader's to report. A student who handed in no usable
@@ -24,8 +24,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import BinaryIO, Callable
 
-from autograder.authoring.course import Course, CourseError
-from autograder.grading.lms import Layout, Roster, detect, is_valid_student_id, parse_timestamp, resubmission_key
+from autograder.course import Course, CourseError
+from autograder.grading.records.lms import Layout, Roster, detect, parse_timestamp, resubmission_key
 
 MAX_NOTEBOOK_BYTES = 50_000_000
 # nbgrader's own format (Exchange.timestamp_format), in UTC; nbgrader.utils.parse_utc reads it.

@@ -14,11 +14,11 @@ Names the tests use in the notebook's namespace are watched too: rebinding ``tor
 ``check_function`` to something else, or defining a function called ``isinstance`` (or another
 builtin the tests check with), counts as tampering and is undone.
 
-The grader (``autograder.grading.warm``) and every kernel nbgrader starts (``autograder.grading.kernel``)
+The grader (``autograder.grading.running.warm``) and every kernel nbgrader starts (``autograder.grading.running.kernel``)
 install a guard before the first cell. It is a defence against the obvious tricks, not a
 sandbox: code that replaces a function and puts it back within one cell, or that goes looking
 for the grader's own objects, is not caught here. In ``grade``, the referee
-(``autograder.grading.referee``) decides the tests' value checks where student code cannot reach.
+(``autograder.grading.running.referee``) decides the tests' value checks where student code cannot reach.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 from nbgrader.api import Gradebook, MissingEntry
 
-from autograder.authoring.course import Course, CourseError
+from autograder.course import Course, CourseError
 
 
 @dataclass

@@ -19,9 +19,9 @@ import nbformat
 from copydetect import CodeFingerprint, compare_files
 from copydetect.utils import highlight_overlap
 
-from autograder.authoring.course import Course, CourseError
-from autograder.grading.grade import InvalidNotebook, read_submission
-from autograder.grading.terminal import progress
+from autograder.course import Course, CourseError
+from autograder.grading.records.submissions import InvalidNotebook, read_submission
+from autograder.grading.results.terminal import progress
 
 NOISE_TOKENS = 25   # shorter shared runs are ignored (copydetect's noise threshold)
 WINDOW = 1          # winnowing window: 1 keeps every fingerprint, for short answers

@@ -1,0 +1,7 @@
+"""One module per command of ``python -m autograder``: its help, its arguments and what it runs.
+
+Each module has ``HELP`` (one line for the command list), ``DESCRIPTION`` (its ``--help``),
+``add_arguments(parser)`` and ``run(args, course) -> exit status``. ``autograder.cli`` lists the
+commands and only dispatches; a command whose module is not shipped (the students' edition ships
+``check`` alone) does not exist there. Heavy imports stay inside ``run``, so ``--help`` is fast.
+"""

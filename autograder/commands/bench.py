@@ -1,0 +1,28 @@
+"""``python -m autograder bench``: this grader against sequential ``nbgrader autograde``, timed."""
+
+from __future__ import annotations
+
+from autograder.course import Course
+
+HELP = "time this grader against sequential nbgrader autograde"
+DESCRIPTION = ("Grade N generated submissions of assignment 01 twice, with `python -m autograder grade` and with "
+               "plain sequential `nbgrader autograde`, in throwaway course copies, each timed as the whole "
+               "command-line process; print both times, the ratio, seconds per notebook and the machine's load. "
+               "Exits 1 if any score differs.")
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--students", type=int, default=40, help="submissions to grade (default 40)")
+    parser.add_argument("--jobs", "-j", type=int, default=None, help="notebooks graded at once (default: CPU cores)")
+    parser.add_argument("--profile", action="store_true",
+                        help="instead, show where one notebook's time goes in grade (start, cells, scoring, gradebook)")
+
+
+def run(args, course: Course) -> int:
+    from autograder.grading.bench import bench, profile
+
+    if args.profile:
+        profile(course, args.students)
+        return 0
+    result = bench(course, args.students, args.jobs)
+    return 1 if result["differences"] else 0

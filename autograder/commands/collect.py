@@ -1,0 +1,49 @@
+"""``python -m autograder collect ASSIGNMENT SOURCE``: submissions from an LMS download into grading/."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from autograder.course import Course
+
+HELP = "put downloaded submissions where grading expects them"
+DESCRIPTION = ("Copy submissions from an LMS download (zip or folder) into grading/submitted/. Understands Canvas "
+               "(a flat zip of name_USERID_FILEID_notebook.ipynb, with _LATE_ marks), Moodle "
+               "(Name_USERID_assignsubmission_file_/ folders), Blackboard (NAME_attempt_DATE_notebook.ipynb) and a "
+               "folder per student (SOURCE/<student_id>/<notebook>.ipynb); --regexp reads any other layout. LMS "
+               "user ids and names are mapped to student ids through the roster's lms_user_id (import it first "
+               "with `roster`). Of several attempts, the latest is collected. Wrong or missing file names are "
+               "reported per student. Exits 1 if anything was skipped or nothing was collected.")
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("assignment", metavar="ASSIGNMENT")
+    parser.add_argument("source", type=Path, metavar="SOURCE", help="folder or .zip downloaded from the LMS")
+    parser.add_argument("--layout", choices=["canvas", "moodle", "blackboard", "folders"], default=None,
+                        help="the download's layout (default: the one that reads most notebooks)")
+    parser.add_argument("--regexp", metavar="REGEXP", default=None,
+                        help="nbgrader's named_regexp for any other layout, read on each file name (or on its path "
+                             "inside the download if REGEXP has a /): named groups student_id (or lms_user_id, or "
+                             "email) and file_id; optional timestamp, first_name, last_name, e.g. "
+                             r"'(?P<student_id>\w+)_attempt_(?P<timestamp>[0-9-]+)_(?P<file_id>\w+\.ipynb)'")
+
+
+def run(args, course: Course) -> int:
+    from autograder.grading.records.collect import collect
+
+    results = collect(course, args.assignment, args.source, layout=args.layout, regexp=args.regexp)
+    for r in results:
+        print(r.summary())
+    collected = sum(bool(r.collected) for r in results)
+    attention = [r for r in results if r.needs_attention]
+    print(f"{collected} students collected, {len(attention)} with problems")
+    if not collected:
+        print(f"error: no notebook of {args.assignment} was collected from {args.source}: check that it is this "
+              "assignment's download, and give its layout with --layout or --regexp (see --help)", file=sys.stderr)
+        return 1
+    if attention:
+        print("some files were not collected or need a look (lines above): fix the download or the roster and "
+              "collect again; students without a usable notebook are graded 'invalid notebook'", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,23 @@
+"""``python -m autograder feedback ASSIGNMENT``: an HTML feedback page per student."""
+
+from __future__ import annotations
+
+from autograder.course import Course
+
+HELP = "write per-student HTML feedback"
+DESCRIPTION = ("Write grading/feedback/<student>/<assignment>/<notebook>.html for every graded student: scores, and "
+               "each failing test's message (never the hidden tests' source).")
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("assignment", metavar="ASSIGNMENT")
+
+
+def run(args, course: Course) -> int:
+    from autograder.grading.results.feedback import feedback
+
+    pages = feedback(course, args.assignment)
+    for page in pages:
+        print(f"wrote {page.relative_to(course.root)}")
+    print(f"{len(pages)} feedback pages")
+    return 0

@@ -1,0 +1,82 @@
+"""``python -m autograder grade ASSIGNMENT``: autograde every collected submission, in parallel."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from autograder.course import Course, CourseError
+
+HELP = "autograde every collected submission, in parallel"
+DESCRIPTION = ("Autograde every submission in grading/submitted/ into the gradebook and grading/autograded/, several "
+               "at once, each in its own fresh process with a time and memory limit. Writes grading/grades.csv "
+               "(student_id, assignment, score, max_score, status). Submissions already graded and unchanged are "
+               "not graded again.")
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("assignment", metavar="ASSIGNMENT")
+    parser.add_argument("--jobs", "-j", type=int, default=None, help="notebooks graded at once (default: CPU cores)")
+    parser.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
+                        help="longest a cell may run (default 60); after one cell times out, later cells get 10 s")
+    parser.add_argument("--memory", type=float, default=4.0, metavar="GB",
+                        help="memory a notebook may use beyond its start (default 4; 0 for no limit)")
+    parser.add_argument("--scheduler", metavar="ADDRESS",
+                        help="run the notebooks on a Dask cluster (e.g. tcp://10.0.0.5:8786) instead of here")
+    parser.add_argument("--force", action="store_true", help="grade again even what is already graded")
+    parser.add_argument("--no-sandbox", action="store_true",
+                        help="run student code without a sandbox, as you, able to read solutions/ and the gradebook, "
+                             "change grades and use the network (only where no sandbox is available; see README)")
+
+
+def will_run_notebooks(args: list[str], course: Course) -> bool:
+    """Whether grading will run notebooks (a guess from the folders, made before nbgrader is imported): then the
+    CLI starts the warm process first, so torch imports on another core while this one imports nbgrader."""
+    if "--scheduler" in args:
+        return False
+    submitted = course.grading / "submitted"
+    return "--force" in args or any(
+        not (course.grading / "autograded" / folder.relative_to(submitted) / ".autograder.json").exists()  # grade.MARKER
+        for folder in submitted.glob("*/*") if folder.is_dir())
+
+
+def run(args, course: Course) -> int:
+    from autograder.grading.grade import grade
+    from autograder.grading.records.grades import GRADES_CSV
+    from autograder.grading.results.terminal import print_table
+    from autograder.grading.running.confinement import Limits
+
+    limits = Limits(cell_timeout=args.timeout, memory=int(args.memory * 1024**3) if args.memory else None,
+                    threads=max(1, (os.cpu_count() or 1) // (args.jobs or os.cpu_count() or 1)),
+                    sandbox="off" if args.no_sandbox else "auto")
+    rows = grade(course, args.assignment, jobs=args.jobs, limits=limits, scheduler=args.scheduler,
+                 force=args.force)
+    if not rows:
+        raise CourseError(f"no submissions of {args.assignment} in {course.grading / 'submitted'}: "
+                          f"run `python -m autograder collect {args.assignment} SOURCE` first")
+    print_table(["student", "score", "status"],
+                ([r.student_id, f"{r.score:g} / {r.max_score:g}", status(r)] for r in rows), right=["score"])
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r.status] = counts.get(r.status, 0) + 1
+    print(", ".join(f"{n} {s}" for s, n in counts.items()) + f"; wrote {course.grading / GRADES_CSV}")
+    reasons: dict[str, list[str]] = {}
+    for r in rows:
+        if r.regraded:
+            reasons.setdefault(r.regraded, []).append(r.student_id)
+    # What this run did, on stderr: the grades above are the same whichever run graded them.
+    for reason, students in reasons.items():
+        print(f"regraded {len(students)} submission{'s' * (len(students) != 1)} because {reason}: "
+              f"{', '.join(students)}", file=sys.stderr)
+    reused = sum(r.reused for r in rows)
+    if reused:
+        print(f"{reused} already graded and unchanged (tests, grader and submission): not graded again "
+              "(--force grades them again)", file=sys.stderr)
+    return 0
+
+
+def status(row) -> str:
+    """A row's status as the grade table shows it: what happened, and how late (with the penalty)."""
+    note = f" ({row.detail})" if row.detail else ""
+    late = f"; late {row.late}" + (f", -{row.penalty:g} points" if row.penalty else "") if row.late else ""
+    return f"{row.status}{note}{late}"

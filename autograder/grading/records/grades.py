@@ -1,0 +1,59 @@
+"""grades.csv: one row per student and assignment, and a student's status (the worst of their notebooks')."""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from autograder.course import Course
+
+GRADES_CSV = "grades.csv"
+
+# Worst first: a student's status is the worst of their notebooks'.
+STATUSES = ["tampering found", "invalid notebook", "kernel died", "timed out", "ran out of memory", "missing",
+            "graded"]
+
+
+@dataclass
+class Row:
+    """One student's line in grades.csv."""
+
+    student_id: str
+    assignment: str
+    score: float = 0.0
+    max_score: float = 0.0
+    status: str = "graded"
+    detail: str = ""
+    reused: bool = field(default=False, compare=False)
+    regraded: str = field(default="", compare=False)  # why an earlier grade was replaced, if one was
+    late: str = ""         # how late after the due date (and extension), e.g. "1 day 2 h"; "" when on time
+    penalty: float = 0.0   # points taken for lateness (score is after the penalty)
+
+
+def worsen(row: Row, status: str, detail: str) -> None:
+    if STATUSES.index(status) < STATUSES.index(row.status):
+        row.status, row.detail = status, detail
+    elif status == row.status and detail and detail not in row.detail:
+        row.detail = f"{row.detail}; {detail}" if row.detail else detail
+
+
+def write_grades_csv(course: Course, assignment: str, rows: list[Row]) -> Path:
+    """Write (or update) grades.csv: one row per student and assignment."""
+    path = course.grading / GRADES_CSV
+    kept = []
+    if path.exists():
+        with open(path, newline="") as f:
+            kept = [r for r in csv.DictReader(f) if r.get("assignment") != assignment]
+    fields = ["student_id", "assignment", "score", "max_score", "status", "detail", "late", "penalty"]
+    temporary = path.with_suffix(".csv.tmp")
+    with open(temporary, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(kept)
+        for r in rows:
+            writer.writerow({"student_id": r.student_id, "assignment": r.assignment, "score": f"{r.score:g}",
+                             "max_score": f"{r.max_score:g}", "status": r.status, "detail": r.detail,
+                             "late": r.late, "penalty": f"{r.penalty:g}" if r.penalty else ""})
+    temporary.replace(path)
+    return path

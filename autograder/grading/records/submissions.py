@@ -1,0 +1,47 @@
+"""A submitted notebook read as untrusted input: what is wrong with it is said for the student."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import nbformat
+
+MAX_NOTEBOOK_BYTES = 50 * 1024**2
+
+
+class InvalidNotebook(Exception):
+    """A submitted file that cannot be graded as a notebook; the message says why."""
+
+
+def read_submission(path: Path):
+    """Read a submitted notebook, or raise InvalidNotebook saying, for the student, what is wrong."""
+    size = path.stat().st_size
+    if size == 0:
+        raise InvalidNotebook("the file is empty")
+    if size > MAX_NOTEBOOK_BYTES:
+        raise InvalidNotebook(f"the file is {size / 1024**2:.0f} MB; notebooks over "
+                              f"{MAX_NOTEBOOK_BYTES // 1024**2} MB are not graded (clear large outputs and resubmit)")
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise InvalidNotebook(f"the file is not UTF-8 text (byte {error.start}): it is not a notebook") from error
+    try:
+        data = json.loads(text)
+    except ValueError as error:
+        raise InvalidNotebook(f"the file is not valid JSON ({error}): was it saved by Jupyter?") from error
+    if not isinstance(data, dict) or "cells" not in data and "worksheets" not in data:
+        raise InvalidNotebook("the file is JSON but not a notebook")
+    try:
+        return nbformat.reads(text, as_version=4)
+    except Exception as error:
+        raise InvalidNotebook(f"the notebook cannot be read ({error})") from error
+
+
+def write_problem_notebook(path: Path, problem: str) -> None:
+    """A one-cell notebook in the autograded folder, so the feedback says what went wrong."""
+    nb = nbformat.v4.new_notebook()
+    nb.cells.append(nbformat.v4.new_markdown_cell(
+        f"## This submission could not be graded\n\n{problem}\n\nEvery test in it scores 0. "
+        "Open the notebook in JupyterLab, check that it runs, save it, and hand it in again."))
+    nbformat.write(nb, path)

@@ -1,0 +1,1 @@
+"""What comes out of grading: feedback pages, the class report, LMS exports, similar pairs, terminal tables."""

@@ -1,0 +1,1 @@
+"""Running a student's notebook safely: sandbox, limits, the forked processes, the referee, the tamper guard."""

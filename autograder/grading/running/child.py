@@ -1,0 +1,123 @@
+"""The notebook's own process: forked from the warm one, it runs the cells and reports each one.
+
+It sends ``["start", i]``, ``["end", i, outputs, count, status]`` and ``["done"]``
+(``autograder.grading.running.protocol``); after each test cell it answers the referee's
+questions about the student's objects (``answer_referee``) until the grader says go on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+from autograder.grading.running.confinement import Limits, isolate
+from autograder.grading.running.protocol import send
+
+HIDDEN_TESTS_MARKER = "### BEGIN " "HIDDEN TESTS"  # written in two parts: no shipped file holds the marker itself
+HIDDEN_TESTS_END = "### END HIDDEN TESTS"
+
+
+class CellTimeout(BaseException):
+    """Raised inside a cell that ran past its time limit (BaseException: ``except Exception``
+    in student code does not swallow it)."""
+
+
+def child_main(cells, cwd, limits: Limits, env, connection, judged: bool = False) -> None:
+    """Run every code cell and send ("start", i) / ("end", i, outputs, count, status) / ("done",).
+
+    With ``judged``, after each test cell (one with a ``grade_id``) answer the referee's questions
+    until the grader says ``continue``."""
+    try:
+        isolate(cwd, limits, env, connection.fileno())
+        from autograder.grading.running import warm
+
+        shell = warm.new_shell(hidden_test_lines(cells))
+        recorder, after_cell = shell.recorder, shell.tamper_guard.after_cell
+        recorder.max_chars = limits.output_chars
+        timed_out = False
+
+        def on_alarm(signum, frame):
+            signal.setitimer(signal.ITIMER_REAL, 1.0)  # keep interrupting if it is swallowed
+            raise CellTimeout()
+
+        signal.signal(signal.SIGALRM, on_alarm)
+        for index, cell in enumerate(cells):
+            if cell.get("cell_type") != "code":
+                continue
+            source = cell.get("source", "")
+            source = "".join(source) if isinstance(source, list) else source
+            send(connection, ["start", index])
+            limit = min(limits.after_timeout, limits.cell_timeout) if timed_out else limits.cell_timeout
+            recorder.begin(hidden=HIDDEN_TESTS_MARKER in source, limit=limit, memory=limits.memory)
+            signal.setitimer(signal.ITIMER_REAL, limit)
+            outcome = None
+            try:
+                outcome = shell.run_cell(source, store_history=True)
+            except CellTimeout:
+                outcome = None
+                recorder.timeout()
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+            error = getattr(outcome, "error_in_exec", None) or getattr(outcome, "error_before_exec", None)
+            if error is not None and not any(o["output_type"] == "error" for o in recorder.outputs):
+                # The error's traceback was lost (e.g. the alarm fired while IPython formatted it):
+                # the cell still failed, and must say so.
+                recorder.error(type(error).__name__, str(error)[:1000], [])
+            after_cell(shell)  # also an IPython hook, which student code could remove
+            outputs, status = recorder.end()
+            timed_out = timed_out or status == "timed out"
+            send(connection, ["end", index, outputs, shell.execution_count - 1, status])
+            if judged and cell.get("grade_id"):
+                answer_referee(connection, shell, limits)
+        send(connection, ["done"])
+        connection.close()
+    except BaseException as error:  # a bug here, not in the student's code: say so
+        import traceback
+
+        try:
+            send(connection, ["crash", "".join(traceback.format_exception(error))])
+        except Exception:
+            pass
+    finally:
+        os._exit(0)
+
+
+def answer_referee(connection, shell, limits: Limits) -> None:
+    """Answer the referee's questions about this notebook's Functions until told to go on."""
+    from autograder.grading.running import referee
+
+    while True:
+        message = json.loads(connection.recv_bytes())
+        if message[0] != "ask":
+            return
+        limit, replies = message[2], []
+        for request in message[1]:
+            if replies and str(replies[-1].get("error")).startswith("TimeoutError"):
+                replies.append({"error": "TimeoutError: an earlier check of this cell ran out of time"})
+                continue
+            signal.setitimer(signal.ITIMER_REAL, limit)
+            try:
+                replies.append(referee.answer(request, shell.user_ns))
+            except CellTimeout:
+                replies.append({"error": f"TimeoutError: timed out after {limit:g} s"})
+            except BaseException as error:  # KeyboardInterrupt, SystemExit from student code: its error, as in a cell
+                replies.append({"error": f"{type(error).__name__}: {str(error)[:300]}"})
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+        send(connection, ["answer", replies])
+
+
+def hidden_test_lines(cells: list[dict]) -> list[str]:
+    """What outputs must not show: the markers, and hidden tests' lines that appear nowhere else in the notebook."""
+    hidden, shown = set(), set()
+    for cell in cells:
+        source = cell.get("source", "")
+        inside = False
+        for line in ("".join(source) if isinstance(source, list) else source).splitlines():
+            if HIDDEN_TESTS_MARKER in line or HIDDEN_TESTS_END in line:
+                inside = HIDDEN_TESTS_MARKER in line
+                continue
+            (hidden if inside else shown).add(line.strip())
+    lines = [line for line in hidden - shown if len(line) >= 8] + [HIDDEN_TESTS_MARKER, HIDDEN_TESTS_END]
+    return sorted(lines, key=len, reverse=True)

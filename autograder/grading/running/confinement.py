@@ -1,0 +1,85 @@
+"""What one notebook may use while it is graded (``Limits``), and the sandbox it runs in.
+
+``confine`` decides the sandbox mode for this machine (refusing to run student code without
+one unless told), ``isolate`` puts the current process into it (``autograder.grading.running.sandbox``)
+with its memory and thread limits: notebooks and the referee both start with it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+
+from autograder.grading.running import sandbox
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one notebook may use while it is graded."""
+
+    cell_timeout: float = 60.0
+    after_timeout: float = 10.0
+    memory: int | None = 4 * 1024**3
+    output_chars: int = 100_000
+    threads: int = 1
+    sandbox: str = "auto"             # namespaces | landlock | off | auto (the strongest available)
+    hidden: tuple[str, ...] = ()      # folders the notebook must not see (the course's), see sandbox.Policy
+
+
+_available: str | None = None
+REFUSED = ("this machine allows no sandbox (neither namespaces nor Landlock, or no libseccomp2), so "
+           "student code would run as you, able to read solutions/ and the gradebook, change grades and use "
+           "the network: grade in a container or VM, or pass --no-sandbox to run it anyway")
+
+
+class SandboxRefused(Exception):
+    """No sandbox is available and none was explicitly declined."""
+
+
+def confine(limits: Limits, hidden: list, here: bool = True) -> Limits:
+    """``limits`` with ``hidden`` (the course's folders) kept from students, and its sandbox mode decided here.
+
+    Raises SandboxRefused when ``auto`` finds no sandbox: only an explicit ``sandbox="off"`` runs without one.
+    With ``here=False`` (notebooks run on Dask workers) each worker decides the mode for its machine.
+    """
+    mode = sandbox_mode(limits) if here else limits.sandbox
+    if mode == "off" and limits.sandbox == "auto":
+        raise SandboxRefused(REFUSED)
+    return replace(limits, sandbox=mode, hidden=tuple(str(h) for h in hidden) + tuple(limits.hidden))
+
+
+def sandbox_mode(limits: Limits) -> str:
+    """The sandbox ``limits`` asks for, ``auto`` resolved to the strongest this machine allows (probed once)."""
+    global _available
+    if limits.sandbox != "auto":
+        return limits.sandbox
+    if _available is None:
+        from autograder.grading.running import sandbox
+
+        _available = sandbox.available()
+    return _available
+
+
+def package_folder() -> str:
+    """The course's own package (``autograder/``): readable, never writable, inside the sandbox."""
+    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def isolate(cwd: str, limits: Limits, env: dict[str, str], keep_fd: int) -> None:
+    """The sandbox (``autograder.grading.running.sandbox``), no stdin, C-level output discarded, bounded memory and threads."""
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    os.close(devnull)
+    policy = sandbox.Policy(sandbox_mode(limits), tuple(limits.hidden), (package_folder(),))
+    sandbox.enter(policy, cwd, keep_fd, env, limits.memory)
+    if limits.memory is not None:
+        import resource
+
+        page = os.sysconf("SC_PAGE_SIZE")
+        with open("/proc/self/statm") as statm:
+            in_use = int(statm.read().split()[0]) * page
+        resource.setrlimit(resource.RLIMIT_AS, (in_use + limits.memory, in_use + limits.memory))
+    import torch
+
+    torch.set_num_threads(max(1, limits.threads))

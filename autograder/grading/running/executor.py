@@ -1,0 +1,232 @@
+"""Run one notebook's code cells in a fresh process forked from a warm one.
+
+nbgrader starts a new Jupyter kernel per notebook and the kernel imports torch: about 3 s of
+the ~4 s nbgrader spends per notebook. Here a forkserver process imports torch, numpy,
+matplotlib and IPython once (``autograder.grading.running.warm``); every submission runs in its own child
+forked from it, so each still starts from a clean interpreter, but in milliseconds.
+
+The child runs the cells in an IPython shell and sends each cell's outputs back in nbformat's
+shape (streams, display data, results, errors), so nbgrader scores the notebook exactly as if
+its own kernel had run it. Untrusted code is bounded:
+
+- each cell may run ``Limits.cell_timeout`` seconds; once one cell has timed out, later cells
+  get at most ``Limits.after_timeout`` seconds, so a looping function costs the full limit once;
+- the process may use ``Limits.memory`` bytes more than it started with (RLIMIT_AS);
+- printed output is kept up to ``Limits.output_chars`` characters per cell (figures and other
+  rich output up to 2 MB);
+- if the process dies (``os._exit``, a segfault, a kill at the hard deadline) the cell where
+  it died says so, and every later cell says it did not run; ``sys.exit()``, ``exit()`` and a
+  raised ``KeyboardInterrupt`` are errors in their cell, and the next cell runs;
+- after every cell the tamper guard (``autograder.grading.running.tamper``) restores ``torch.allclose``, the
+  checker and the other functions tests rely on if student code replaced them, and says so in
+  the cell (status "tampering found").
+
+Student code can reach whatever decides a verdict in its own process, so a referee process that
+runs no student code (``autograder.grading.running.referee``) decides each test cell's value checks again
+(``execute(..., trusted=...)``): a test cell passes only if both agree.
+
+Hidden tests stay hidden: an error in a cell that holds hidden tests is reported as its last
+line only (``AssertionError: ...``), never a traceback showing the test's source, and no
+cell's output shows a line of a hidden test (code that prints the test running it gets
+``<hidden test line>`` instead).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+
+from autograder.grading.running.child import child_main
+from autograder.grading.running.confinement import Limits, confine
+from autograder.grading.running.protocol import Messages, ProtocolError, error_output, tell
+from autograder.grading.running.referee_process import RefereeProcess
+
+
+@dataclass
+class Execution:
+    """What happened when a notebook ran: outputs per code cell index, and how it ended."""
+
+    outputs: dict[int, list[dict]] = field(default_factory=dict)
+    execution_counts: dict[int, int] = field(default_factory=dict)
+    status: str = "graded"          # graded | timed out | ran out of memory | kernel died | tampering found
+    cell: int | None = None         # index of the cell where that happened
+    detail: str = ""                # what happened there, in a few words
+    seconds: float = 0.0
+    judged: dict[int, int] = field(default_factory=dict)  # test cell index -> checks the referee decided
+
+
+# ----------------------------------------------------------------------------------------
+# Parent side
+
+
+# What the warm process keeps of the grading process's environment: no database URL, no token can
+# reach a notebook, not even through its process's original environment block (/proc/self/environ).
+WARM_ENVIRONMENT = {"PATH", "HOME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "PYTHONPATH", "PYTHONHASHSEED",
+                    "VIRTUAL_ENV", "MPLBACKEND", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "JUPYTER_PATH",
+                    "JUPYTER_CONFIG_PATH", "AUTOGRADER_COURSE_ROOT"}
+_starting = threading.Lock()
+
+
+def _context():
+    context = multiprocessing.get_context("forkserver")
+    # sandbox too: its libseccomp lookup (pyseccomp, ~6 ms) is then paid once, not by every notebook.
+    context.set_forkserver_preload(["autograder.grading.running.warm", "autograder.grading.running.sandbox",
+                                    "autograder.grading.running.referee", "autograder.grading.running.child",
+                                    "autograder.grading.running.referee_process"])
+    from multiprocessing import forkserver
+
+    with _starting:
+        if forkserver._forkserver._forkserver_pid is None:  # (multiprocessing keeps no public flag)
+            saved = dict(os.environ)
+            try:
+                for name in [n for n in os.environ if n not in WARM_ENVIRONMENT and not n.startswith("LC_")]:
+                    del os.environ[name]
+                forkserver.ensure_running()
+            finally:
+                os.environ.clear()
+                os.environ.update(saved)
+    return context
+
+
+def warm_up() -> None:
+    """Start the warm process now (it imports torch in the background) so the first notebook need not wait."""
+    _context()
+
+
+def execute(cells: list[dict], cwd: str, limits: Limits = Limits(),
+            env: dict[str, str] | None = None, trusted: dict | None = None) -> Execution:
+    """Run the code ``cells`` (nbformat v4 dicts) in a fresh warm process in ``cwd``.
+
+    What the child sends is untrusted (student code runs there and can write to the pipe): it
+    is read as bytes, parsed as JSON and checked (``Messages``), never unpickled.
+
+    With ``trusted`` (the instructor's cells, ``referee_cells``), a referee process
+    (``autograder.grading.running.referee``) runs each test cell again after the student's process has,
+    and a test cell whose checks the referee finds wrong fails, whatever the student's process said.
+    Cells to judge carry their ``grade_id``.
+    """
+    started = time.monotonic()
+    if limits.sandbox == "auto":  # a Dask worker: its own machine decides
+        limits = confine(limits, [])
+    result = Execution()
+    context = _context()
+    receive, send = context.Pipe(duplex=True)
+    judged = trusted is not None and any(c.get("grade_id") for c in cells)
+    referee = RefereeProcess.for_notebook(context, trusted, limits) if judged else None
+    child = context.Process(target=child_main, args=(cells, cwd, limits, env or {}, send, judged),
+                            name="autograder-notebook", daemon=True)
+    child.start()
+    send.close()
+    messages = Messages(cells, limits.output_chars)
+    running, cell_started, timed_out, done = None, time.monotonic(), False, False
+    try:
+        while True:
+            limit = min(limits.after_timeout, limits.cell_timeout) if timed_out else limits.cell_timeout
+            deadline = cell_started + limit + 5.0
+            if receive.poll(max(0.05, deadline - time.monotonic())):
+                try:
+                    message = messages.read(receive, child, deadline)
+                except EOFError:
+                    break
+                except ProtocolError as error:
+                    child.terminate()  # SIGTERM: in Landlock mode the sandbox then kills what the notebook left
+                    why = f"the notebook's process sent the grader an invalid message ({error})"
+                    if running is not None:
+                        _append(result, running, error_output("DeadKernelError", why))
+                    result.status, result.cell, result.detail = "kernel died", running, why
+                    running = "killed"
+                    break
+                kind = message[0]
+                if kind == "start":
+                    running, cell_started = message[1], time.monotonic()
+                elif kind == "end":
+                    _, index, outputs, count, status = message
+                    result.outputs[index], result.execution_counts[index] = outputs, count
+                    running = None
+                    if status != "ok" and result.status == "graded":
+                        result.status, result.cell = status, index
+                    timed_out = timed_out or status == "timed out"
+                    if referee is not None and cells[index].get("grade_id"):
+                        # A cell that failed in the student's process fails whatever the referee finds.
+                        if not any(o["output_type"] == "error" for o in outputs):
+                            result.judged[index], failure = referee.judge(cells[index]["grade_id"], receive, child)
+                            if failure:
+                                _append(result, index, error_output("AssertionError", failure))
+                        if referee.child_gone:
+                            why = referee.child_gone
+                            result.status, result.cell, result.detail = "kernel died", index, why
+                            running = "killed"
+                            break
+                        tell(receive, ["continue"])
+                        cell_started = time.monotonic()
+                elif kind == "done":
+                    done = True
+                    break
+                elif kind == "crash":
+                    # Student code runs in this process and can break it too (or the grader has a bug):
+                    # this notebook stops here, the batch goes on.
+                    why = "the grading process failed: " + (message[1].strip().splitlines() or ["?"])[-1][:500]
+                    if running is not None:
+                        _append(result, running, error_output("DeadKernelError", why))
+                    result.status, result.cell, result.detail = "kernel died", running, why
+                    running = "killed"
+                    break
+            elif running is not None:
+                # The cell ignored its own alarm (e.g. a bare ``except:`` in a loop): stop it.
+                child.terminate()
+                _append(result, running, error_output("TimeoutError",
+                        f"timed out after {limit:g} s: the cell did not stop when asked, so "
+                        "grading stopped this notebook here"))
+                result.status, result.cell, result.detail = "timed out", running, "did not stop when asked"
+                running = "killed"
+                break
+            elif not child.is_alive():
+                break
+    finally:
+        if referee is not None:
+            referee.done()
+        child.join(1)
+        if child.is_alive():
+            child.terminate()
+            child.join(1)
+        if child.is_alive():
+            child.kill()
+            child.join()
+        receive.close()
+    if running not in (None, "killed"):
+        # The process vanished in the middle of a cell.
+        why = _death(child.exitcode)
+        _append(result, running, error_output("DeadKernelError", f"the kernel died while running this cell ({why})"))
+        result.status, result.cell, result.detail = "kernel died", running, why
+    elif running is None and not done:
+        # It ended between cells without saying it was done: what did not run did not pass.
+        why = _death(child.exitcode)
+        if result.status == "graded":
+            result.status, result.cell, result.detail = "kernel died", messages.next_cell(), why
+    if not done:
+        for index, cell in enumerate(cells):
+            if cell.get("cell_type") == "code" and index not in result.outputs:
+                result.outputs[index] = [error_output(
+                    "NotRunError", f"not run: grading of this notebook stopped earlier ({result.status}"
+                    f"{': ' + result.detail if result.detail else ''})")]
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def _append(result: Execution, index: int, output: dict) -> None:
+    result.outputs.setdefault(index, []).append(output)
+
+
+def _death(exitcode: int | None) -> str:
+    if exitcode is None:
+        return "no exit status"
+    if exitcode < 0:
+        try:
+            return f"killed by {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"killed by signal {-exitcode}"
+    return f"the process exited with status {exitcode}"

@@ -1,0 +1,171 @@
+"""The referee's process, and the grader's side of it: start it, carry its questions, end it.
+
+The referee itself (what it runs and decides) is ``autograder.grading.running.referee``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+
+from autograder.grading.running.confinement import Limits, isolate
+from autograder.grading.running.protocol import ProtocolError, receive, send, tell
+
+
+_referees = threading.local()  # each grading thread's referee process, kept from one notebook to the next
+
+
+class RefereeProcess:
+    """The parent's side of the referee: starts it, and carries its questions to the student's process.
+
+    The referee asks (``["ask", request]``), the student's process answers (``["answer", reply]``),
+    and nothing else may come from the student's process meanwhile. A process that answers out of
+    turn, too late or not at all gets no more questions (``child_gone`` says why) and every check
+    it did not answer fails.
+
+    One referee process serves a grading thread's notebooks one after the other (starting one per
+    notebook cost ~25 ms, 10% of grading); each notebook gets a fresh ``Referee`` in it, and a
+    referee that fails in any way is ended and replaced for the next notebook.
+    """
+
+    ANSWER_BYTES = 64 * 1024**2
+
+    def __init__(self, context, limits: Limits) -> None:
+        import tempfile
+        import weakref
+
+        self.limits, self.sent, self.busy, self.broken = limits, None, False, False
+        self.folder = tempfile.mkdtemp(prefix="autograder-referee-")
+        self.connection, their_end = context.Pipe(duplex=True)
+        self.process = context.Process(target=referee_main, args=(self.folder, limits, their_end),
+                                       name="autograder-referee", daemon=True)
+        self.process.start()
+        their_end.close()
+        self.end = weakref.finalize(self, _end_referee, self.process, self.connection, self.folder)
+
+    @classmethod
+    def for_notebook(cls, context, trusted: dict, limits: Limits) -> "RefereeProcess":
+        """This thread's referee, started if needed, ready for a notebook with the instructor's cells ``trusted``."""
+        referee = getattr(_referees, "referee", None)
+        if referee is None or referee.broken or referee.limits != limits or not referee.process.is_alive():
+            referee = _referees.referee = cls(context, limits)
+        referee.child_gone, referee.timed_out = "", False
+        same = trusted == referee.sent
+        referee.sent = trusted
+        if not tell(referee.connection, ["notebook"] if same else ["notebook", trusted]):
+            referee.broken = True
+        return referee
+
+    def judge(self, grade_id: str, student, child) -> tuple[int, str | None]:
+        """Have the referee run test ``grade_id``: (how many checks it decided, its failure message or None).
+
+        Each check may take the cell time limit; once one has run out of time, the checks after it in
+        the same cell fail at once, and every later check may take ``after_timeout`` (as cells do)."""
+        deadline = lambda: time.monotonic() + self.limits.cell_timeout + 60.0  # noqa: E731 (trusted: a bug, not an attack)
+        if self.broken or not tell(self.connection, ["judge", grade_id]):
+            self.broken = True
+            return 0, "the grader's own check of this cell could not run (its process is gone)"
+        self.busy = True
+        while True:
+            try:
+                message = receive(self.connection, self.process, deadline(), self.ANSWER_BYTES)
+            except (EOFError, ProtocolError) as error:
+                self.broken = True
+                return 0, f"the grader's own check of this cell could not run ({error or 'its process ended'})"
+            if message[0] == "verdict":
+                self.busy = False
+                return message[1], message[2]
+            if message[0] != "ask":
+                self.broken = True
+                return 0, f"the grader's own check of this cell failed: {str(message[-1]).strip()[-300:]}"
+            tell(self.connection, ["answer", self._ask(message[1], student, child)])
+
+    def _ask(self, requests: list, student, child) -> list | None:
+        """The student's process's replies to the checks ``requests`` (one test cell's), or None."""
+        limits = self.limits
+        limit = min(limits.after_timeout, limits.cell_timeout) if self.timed_out else limits.cell_timeout
+        if self.child_gone or not tell(student, ["ask", requests, limit]):
+            self.child_gone = self.child_gone or "the notebook's process ended before the grader's checks"
+            return None
+        try:
+            reply = receive(student, child, time.monotonic() + limit * len(requests) + 5.0, self.ANSWER_BYTES)
+        except (EOFError, ProtocolError) as error:
+            child.kill()
+            self.child_gone = f"the notebook's process did not answer the grader's check ({error or 'it ended'})"
+            return None
+        if not (isinstance(reply, list) and len(reply) == 2 and reply[0] == "answer" and isinstance(reply[1], list)):
+            child.kill()
+            self.child_gone = "the notebook's process sent the grader an invalid message (not an answer)"
+            return None
+        self.timed_out = self.timed_out or any(isinstance(r, dict) and str(r.get("error")).startswith("TimeoutError")
+                                               for r in reply[1])
+        return reply[1]
+
+    def done(self) -> None:
+        """The notebook is over: a referee left in the middle of a cell, or failed, is not used again."""
+        if self.busy or self.broken:
+            self.broken = True
+            if getattr(_referees, "referee", None) is self:
+                _referees.referee = None
+            threading.Thread(target=self.end, daemon=True).start()
+
+
+def stop_referee() -> None:
+    """End this thread's referee process now (otherwise it waits for the thread's next notebook, and
+    ends with the thread or the program)."""
+    referee = getattr(_referees, "referee", None)
+    _referees.referee = None
+    if referee is not None:
+        referee.end()
+
+
+def _end_referee(process, connection, folder: str) -> None:
+    """End a referee process (it needs ~10 ms to come down from its sandbox) and remove its folder."""
+    import shutil
+
+    tell(connection, ["stop"])
+    process.join(5)
+    if process.is_alive():
+        process.kill()
+        process.join()
+    connection.close()
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def referee_main(folder: str, limits: Limits, connection) -> None:
+    """The referee's process: sandboxed like a notebook, it judges test cells when asked (never runs student code).
+
+    ``["notebook", trusted]`` (or ``["notebook"]``: the same cells as before) starts a notebook,
+    ``["judge", grade_id]`` judges one of its test cells, anything else ends the process."""
+    try:
+        isolate(folder, limits, {}, connection.fileno())
+        from autograder.grading.running.referee import Referee
+
+        def ask(requests: list):
+            send(connection, ["ask", requests])
+            return json.loads(connection.recv_bytes())[1]
+
+        trusted, judge = None, None
+        while True:
+            message = json.loads(connection.recv_bytes())
+            if message[0] == "notebook":
+                trusted = message[1] if len(message) == 2 else trusted
+                judge = Referee(trusted["cells"], trusted["student_names"], ask)
+            elif message[0] == "judge":
+                judged, failure = judge.judge_cell(message[1])
+                send(connection, ["verdict", judged, failure])
+            else:
+                break
+    except EOFError:
+        pass
+    except BaseException as error:  # a bug in the grader: the parent fails the cell and says so
+        import traceback
+
+        try:
+            send(connection, ["crash", "".join(traceback.format_exception(error))])
+        except Exception:
+            pass
+    finally:
+        os._exit(0)
