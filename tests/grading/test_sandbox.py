@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import socket
+from pathlib import Path
 from dataclasses import dataclass
 
 import pytest
@@ -229,3 +230,11 @@ def test_without_libseccomp_no_sandbox_is_offered(monkeypatch):
     assert sandbox.available() == "off"
     with pytest.raises(sandbox.SandboxError, match="libseccomp"):
         sandbox._deny_sockets()
+
+
+def test_the_sandbox_shows_the_whole_package_not_one_of_its_wings():
+    """A notebook imports modules the warm process did not preload (07's ``autograder.student.timing``)."""
+    import autograder
+    from autograder.grading.running.confinement import package_folder
+
+    assert Path(package_folder()) == Path(autograder.__file__).resolve().parent

@@ -62,7 +62,9 @@ def sandbox_mode(limits: Limits) -> str:
 
 def package_folder() -> str:
     """The course's own package (``autograder/``): readable, never writable, inside the sandbox."""
-    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    import autograder
+
+    return os.path.dirname(os.path.abspath(autograder.__file__))
 
 
 def isolate(cwd: str, limits: Limits, env: dict[str, str], keep_fd: int) -> None:
