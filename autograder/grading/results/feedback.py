@@ -13,40 +13,74 @@ import html
 import re
 from pathlib import Path
 
-from nbconvert.filters.markdown_mistune import markdown2html_mistune
-from bleach import ALLOWED_ATTRIBUTES, ALLOWED_TAGS
+import nbformat
 from nbconvert.preprocessors.sanitize import SanitizeHTML
+from nbgrader.coursedir import CourseDirectory
 from traitlets import Any, Bool, List, Unicode
 
 from autograder.course import Course, CourseError
 from autograder.grading.records import deadlines
+from autograder.grading.results.markup import ATTRIBUTES, STUDENT_TAGS, markdown_to_html
 
 HIDDEN_MARKERS = ("### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS")
 
 
 class SanitizeStudentHTML(SanitizeHTML):
-    """nbconvert's SanitizeHTML (bleach), with markdown cells rendered to HTML before they are cleaned.
+    """nbconvert's SanitizeHTML (bleach), with markdown cells rendered to cleaned HTML and MathML first.
 
     Student markdown and outputs are untrusted. SanitizeHTML cleans the HTML tags in a markdown
     cell but not its markdown links, so ``[x](javascript:...)`` would survive. Here a markdown
-    cell is rendered first, so its links are ``<a href>`` that bleach keeps only for http, https
-    and mailto, and the cleaned HTML replaces its source (math is left as text, for MathJax).
-    (Configured in ``autograder/authoring/nbgrader_config.py``.)
+    cell is rendered first (``markup.markdown_to_html``), so its links are ``<a href>`` that bleach
+    keeps only for http, https and mailto, its maths is MathML, and the cleaned HTML replaces its
+    source. A markdown cell the course released as it is (or without its answer-level hints) may
+    keep the course's hint markup (``<details>``); any other markdown is the student's, and its
+    ``<details>`` is shown as text. (Configured in ``autograder/authoring/nbgrader_config.py``.)
     """
 
     enabled = Bool(True).tag(config=True)
-    tags = List(Unicode(), default_value=sorted(set(ALLOWED_TAGS) | {
-        "p", "div", "span", "br", "hr", "pre", "h1", "h2", "h3", "h4", "h5", "h6", "img", "sub", "sup",
-        "table", "thead", "tbody", "tr", "th", "td", "del", "dl", "dt", "dd"})).tag(config=True)
-    attributes = Any({**ALLOWED_ATTRIBUTES, "*": ["id", "class", "title"], "img": ["src", "alt"]}).tag(config=True)
+    tags = List(Unicode(), default_value=sorted(STUDENT_TAGS)).tag(config=True)
+    attributes = Any(ATTRIBUTES).tag(config=True)
+
+    def preprocess(self, nb, resources):
+        self._course_markdown = released_markdown(CourseDirectory(config=self.config), resources)
+        return super().preprocess(nb, resources)
 
     def preprocess_cell(self, cell, resources, index):
         if cell.cell_type == "markdown":
-            cleaned = self.sanitize_html_tags(markdown2html_mistune(cell.source))
+            from_course = _normalised(cell.source) in getattr(self, "_course_markdown", set())
+            cleaned = markdown_to_html(cell.source, course_markup=from_course)
             # One HTML block without blank lines: the page's own markdown rendering passes it through as it is.
             cell.source = "<div>" + re.sub(r"\n\s*\n", "\n", cleaned) + "</div>"
             return cell, resources
         return super().preprocess_cell(cell, resources, index)
+
+
+# An answer-level hint block (issue 27's convention), which the graded students' edition leaves out.
+ANSWER_HINT = re.compile(r"<details>\s*<summary>\s*Hint \d+: the answer\s*</summary>.*?</details>", re.S)
+
+
+def released_markdown(coursedir: CourseDirectory, resources: dict) -> set[str]:
+    """The released notebook's markdown cells, whitespace-normalised, with and without answer-level hints.
+
+    ``resources`` names the notebook: nbgrader's feedback puts it under ``nbgrader``, the formgrader
+    at the top. An unknown or missing release gives the empty set: every cell is treated as the student's.
+    """
+    names = resources.get("nbgrader") or {}
+    assignment = names.get("assignment") or resources.get("assignment_id")
+    notebook = names.get("notebook") or resources.get("notebook_id")
+    if not assignment or not notebook:
+        return set()
+    path = Path(coursedir.format_path(coursedir.release_directory, ".", assignment)) / f"{notebook}.ipynb"
+    try:
+        cells = nbformat.read(path, as_version=4).cells
+    except (OSError, ValueError):
+        return set()
+    sources = [c.source for c in cells if c.cell_type == "markdown"]
+    return {_normalised(s) for s in sources} | {_normalised(ANSWER_HINT.sub("", s)) for s in sources}
+
+
+def _normalised(source: str) -> str:
+    return " ".join(source.split())
 
 
 def feedback(course: Course, assignment: str) -> list[Path]:
@@ -62,8 +96,26 @@ def feedback(course: Course, assignment: str) -> list[Path]:
         if any(marker in text for marker in HIDDEN_MARKERS):
             page.unlink()
             raise CourseError(f"{page} would show hidden tests; it was deleted (check the feedback settings)")
+        page.write_text(self_contained(text), encoding="utf-8")
     _mark_late_pages(course, assignment, pages)
     return pages
+
+
+# nbgrader's feedback template loads MathJax from a CDN, whatever HTMLExporter.mathjax_url says; the
+# maths is MathML already (markup.py), so the page needs no script at all.
+MATHJAX_BLOCK = re.compile(r"<!-- Load mathjax -->.*?<!-- End of mathjax configuration -->", re.S)
+# Long error lines and outputs wrap inside the page's width instead of running off it.
+PAGE_STYLE = ("<style>div.output_area pre, div.output_subarea pre, div.output_text pre, pre.tex "
+              "{white-space: pre-wrap; overflow-wrap: anywhere;} math[display=block] {margin: .5em 0;}</style>")
+
+
+def self_contained(page: str) -> str:
+    """The page without its CDN MathJax, with the wrapping style: it opens offline and in an LMS that strips scripts."""
+    page = MATHJAX_BLOCK.sub("", page)
+    if re.search(r"<script[^>]*mathjax", page, re.I):
+        raise CourseError("the feedback page loads MathJax in a way this version does not remove: check nbgrader's "
+                          "feedback template")
+    return page.replace("</head>", PAGE_STYLE + "\n</head>", 1)
 
 
 def _mark_late_pages(course: Course, assignment: str, pages: list[Path]) -> None:

@@ -1,0 +1,103 @@
+"""The markup of the grader's pages: the course's hints fold, a student's markup stays inert, maths is MathML."""
+
+from __future__ import annotations
+
+import re
+
+import nbformat
+import pytest
+from traitlets.config import Config
+
+from autograder.grading.results.feedback import SanitizeStudentHTML, released_markdown, self_contained
+from autograder.grading.results.markup import markdown_to_html, render_math
+from nbgrader.coursedir import CourseDirectory
+
+ASSIGNMENT = "01_first_function"
+HINT = "<details><summary>Hint 1</summary>\n\nUse $\\sqrt{x}$ and `ctx.saved_tensors`.\n\n</details>"
+ANSWER = "<details><summary>Hint 2: the answer</summary>\n\n`return grad_output * 3 * x ** 2`\n\n</details>"
+
+
+def test_course_hints_keep_their_markup_and_student_markup_is_shown_as_text():
+    course = markdown_to_html(HINT, course_markup=True)
+    assert re.search(r"<details><summary>Hint 1</summary>\s*<p>Use <math", course), course
+    student = markdown_to_html(HINT, course_markup=False)
+    assert "<details" not in student and "&lt;details&gt;&lt;summary&gt;Hint 1&lt;/summary&gt;" in student, student
+
+
+@pytest.mark.parametrize("hostile, gone", [
+    ("<script>alert('x-md')</script>", "<script"),
+    ('<img src="x.png" onerror="alert(1)">', "onerror"),
+    ("[click](javascript:alert(1))", "javascript:"),
+    ('<a href="#" onclick="alert(1)">a</a>', "onclick"),
+    ('<iframe src="https://example.org"></iframe>', "<iframe"),
+    ("$\\href{javascript:alert(1)}{x}$", "javascript:"),
+    ('<div style="position:fixed;top:0">cover</div>', "position"),
+])
+def test_hostile_markup_is_inert_at_both_levels_of_trust(hostile, gone):
+    for course_markup in (False, True):
+        html = markdown_to_html(hostile, course_markup=course_markup)
+        assert gone not in html, html
+
+
+def test_maths_is_mathml_and_tex_it_cannot_read_is_shown_escaped():
+    html = markdown_to_html("Inline $x^3$ and display $$\\frac{\\partial L}{\\partial x} = 3x^2 g$$")
+    assert html.count("<math") == 2 and 'display="block"' in html and "<mfrac>" in html and "$" not in html
+    broken = render_math("\\left( <b>")
+    assert "<math" not in broken and "<b>" not in broken and "&lt;b&gt;" in broken, broken
+    assert render_math("\\alpha") == '<math display="inline"><mrow><mi>&#x003B1;</mi></mrow></math>'  # no xmlns: HTML
+
+
+def test_a_student_cannot_forge_a_maths_placeholder():
+    guessed = "math0123456789abcdefn0"  # the shape of a placeholder, with a nonce the student cannot know
+    html = markdown_to_html(f"{guessed} $y$")
+    assert guessed in html and html.count("<math") == 1
+    assert not re.search(r"math[0-9a-f]{16}n[0-9]", markdown_to_html("$a$ and $b$"))  # none left behind
+
+
+def _feedback_resources() -> dict:
+    return {"nbgrader": {"assignment": ASSIGNMENT, "notebook": ASSIGNMENT}}
+
+
+def _preprocessor(course_copy) -> SanitizeStudentHTML:
+    config = Config()
+    config.CourseDirectory.root = str(course_copy.root)
+    config.CourseDirectory.release_directory = "course"
+    return SanitizeStudentHTML(config=config)
+
+
+def test_released_cells_are_the_course_s_and_answer_hints_may_be_left_out(course_copy):
+    released = nbformat.read(course_copy.release / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", as_version=4)
+    hint_cell = next(c for c in released.cells if c.cell_type == "markdown" and "<details>" in c.source)
+    hint_cell.source += "\n\n" + ANSWER  # as an exercise of issue 27 has it: its last level the answer
+    nbformat.write(released, course_copy.release / ASSIGNMENT / f"{ASSIGNMENT}.ipynb")
+    without_answer = hint_cell.source.replace(ANSWER, "")
+
+    student = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_markdown_cell(hint_cell.source),   # the graded edition shows the answer level
+        nbformat.v4.new_markdown_cell(without_answer),     # the graded edition leaves it out
+        nbformat.v4.new_markdown_cell(hint_cell.source + "\n\n<details><summary>mine</summary>x</details>"),
+        nbformat.v4.new_markdown_cell(HINT),               # the course's markup, written by the student
+    ])
+    cleaned, _ = _preprocessor(course_copy).preprocess(student, _feedback_resources())
+    shown = [c.source for c in cleaned.cells]
+    assert "<details><summary>Hint 2: the answer</summary>" in shown[0]
+    assert "<details>" in shown[1] and "the answer" not in shown[1]
+    assert "<details>" not in shown[2] and "&lt;details&gt;" in shown[2]
+    assert "<details>" not in shown[3] and "&lt;details&gt;" in shown[3]
+    assert all("<math" in s for s in shown if "$" in hint_cell.source)
+
+
+def test_without_a_release_every_cell_is_the_student_s(course_copy):
+    coursedir = CourseDirectory(config=_preprocessor(course_copy).config)
+    assert released_markdown(coursedir, {}) == set()
+    assert released_markdown(coursedir, {"nbgrader": {"assignment": "nope", "notebook": "nope"}}) == set()
+    formgrader = released_markdown(coursedir, {"assignment_id": ASSIGNMENT, "notebook_id": ASSIGNMENT})
+    assert any("<details>" in s for s in formgrader)  # the formgrader names the notebook its own way
+
+
+def test_a_page_loses_its_cdn_mathjax_and_gains_the_wrapping_style():
+    page = ("<html><head><!-- Load mathjax -->\n<script src=\"https://cdnjs.cloudflare.com/ajax/libs/mathjax/2.7.7/"
+            "latest.js\"> </script><script type=\"text/x-mathjax-config\">init_mathjax()</script>\n"
+            "<!-- End of mathjax configuration --></head><body></body></html>")
+    finished = self_contained(page)
+    assert "<script" not in finished and "white-space: pre-wrap; overflow-wrap: anywhere;" in finished
