@@ -7,8 +7,8 @@ from pathlib import Path
 from autograder.course import Course
 
 HELP = "summarise how the class did, with figures"
-DESCRIPTION = ("Write a score histogram and per-exercise pass rates (PNG) and a summary to "
-               "grading/reports/<assignment>/ (or --out).")
+DESCRIPTION = ("Write a score histogram and per-exercise pass rates (PNG) and a summary, as Markdown and as one "
+               "HTML file with the figures in it, to grading/reports/<assignment>/ (or --out).")
 
 
 def add_arguments(parser) -> None:
@@ -22,6 +22,6 @@ def run(args, course: Course) -> int:
 
     result = report(course, args.assignment, args.out or course.grading / "reports" / args.assignment)
     print_markdown(result.summary.read_text(encoding="utf-8").rstrip())
-    for path in (result.summary, result.histogram, result.pass_rates):
+    for path in (result.summary, result.page, result.histogram, result.pass_rates):
         print(f"wrote {path}")
     return 0

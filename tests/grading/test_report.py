@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import base64
 import json
+import re
 import statistics
+from html.parser import HTMLParser
 
 import pytest
 from matplotlib.image import imread
 
 from autograder.course import CourseError
-from autograder.grading.results.report import report
+from autograder.grading.results import report as report_module
+from autograder.grading.results.report import Exercise, Report, report
 
 from conftest import filled_release, nbgrader_meta, read_notebook, solution_answers
 
@@ -79,6 +83,7 @@ def test_report_from_a_real_gradebook(course_copy, tmp_path):
         assert figure.parent == tmp_path / "report"
         _assert_png(figure)
         assert f"]({figure.name})" in summary
+    _assert_page_says_what_the_summary_says(result)
 
     # The grader's grades.csv adds how each student's grading went; other assignments' rows are ignored.
     (course.grading / "grades.csv").write_text(
@@ -104,3 +109,59 @@ def test_report_before_grading_is_a_clear_error(course_copy, tmp_path):
         report(course_copy, ASSIGNMENT, tmp_path / "report")
     with pytest.raises(CourseError, match="assignment 'nope' is not in the gradebook"):
         report(course_copy, "nope", tmp_path / "report")
+
+
+class _Page(HTMLParser):
+    """A page's visible text, its images' sources and whatever would load or run."""
+
+    def __init__(self):
+        super().__init__()
+        self.text, self.images, self.active = [], [], []
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "img":
+            self.images.append(attrs)
+        if tag in ("script", "iframe", "link", "object") or any(a.startswith("on") for a in attrs):
+            self.active.append(tag)
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+
+def _read_page(path) -> _Page:
+    page = _Page()
+    page.feed(path.read_text(encoding="utf-8"))
+    return page
+
+
+def _assert_page_says_what_the_summary_says(result: Report) -> None:
+    """summary.html: every line of summary.md's text, each figure embedded byte for byte, nothing to load or run."""
+    page = _read_page(result.page)
+    assert result.page == result.summary.with_name("summary.html")
+    text = " ".join("".join(page.text).split())
+    for line in result.summary.read_text().splitlines():
+        words = line.lstrip("#- ").strip()
+        if words and not words.startswith(("!", "|---")):
+            assert " ".join(w.strip() for w in words.strip("|").split("|")) in text, words
+    assert [i["alt"] for i in page.images] == ["Total scores", "Pass rate per exercise"]
+    for image, figure in zip(page.images, (result.histogram, result.pass_rates)):
+        assert image["src"].startswith("data:image/png;base64,")
+        assert base64.b64decode(image["src"].split(",", 1)[1]) == figure.read_bytes()
+    assert page.active == []
+
+
+def test_the_html_report_shows_hostile_ids_as_text(tmp_path):
+    hostile = '<script>alert("x-id")</script><img src=x onerror=alert(1)>'
+    result = Report("01_first_function", 4.0, {hostile: 3.0, "bob": 4.0}, [Exercise("test_cube", 4.0, 1, 2)],
+                    not_graded=["[x](javascript:alert(1))"], late={hostile: ("2 h", "0.3")})
+    result.histogram = report_module._plot_scores(result, tmp_path / "scores.png")
+    result.pass_rates = report_module._plot_pass_rates(result, tmp_path / "pass_rates.png")
+    result.summary = tmp_path / "summary.md"
+    result.summary.write_text(report_module._summary_text(result))
+    result.page = tmp_path / "summary.html"
+    result.page.write_text(report_module._summary_page(result))
+    page = _read_page(result.page)
+    assert page.active == [] and len(page.images) == 2
+    assert "javascript:" not in result.page.read_text()
+    assert 'alert("x-id")' in "".join(page.text)  # shown, as text

@@ -1,15 +1,19 @@
 """A class report for one assignment: total scores and per-exercise pass rates from the gradebook.
 
 Writes ``scores.png`` (histogram of total scores), ``pass_rates.png`` (share of students who
-passed each exercise) and ``summary.md`` (the numbers, exercises worst first, so the instructor
-sees what the class struggled with). An exercise is a graded test cell (grade_id); a student
+passed each exercise), ``summary.md`` (the numbers, exercises worst first, so the instructor
+sees what the class struggled with) and ``summary.html``: the same Markdown rendered and cleaned
+(``markup.markdown_to_html``), its two figures embedded, so the one file opens offline, mailed or
+uploaded to an LMS. An exercise is a graded test cell (grade_id); a student
 passes it when the autograder gave it full marks. If ``<grading>/grades.csv`` has a ``status``
 column, the summary also counts the grading statuses (graded, timed out, ...).
 """
 
 from __future__ import annotations
 
+import base64
 import csv
+import html
 import statistics
 from collections import Counter
 from dataclasses import dataclass, field
@@ -20,6 +24,7 @@ from matplotlib.ticker import MaxNLocator
 from nbgrader.api import Gradebook, MissingEntry
 
 from autograder.course import Course, CourseError
+from autograder.grading.results.markup import markdown_to_html
 
 
 @dataclass
@@ -46,6 +51,7 @@ class Report:
     histogram: Path | None = None
     pass_rates: Path | None = None
     summary: Path | None = None
+    page: Path | None = None  # summary.html
 
     @property
     def mean(self) -> float:
@@ -71,6 +77,8 @@ def report(course: Course, assignment: str, out_dir: Path) -> Report:
     result.pass_rates = _plot_pass_rates(result, out_dir / "pass_rates.png")
     result.summary = out_dir / "summary.md"
     result.summary.write_text(_summary_text(result), encoding="utf-8")
+    result.page = out_dir / "summary.html"
+    result.page.write_text(_summary_page(result), encoding="utf-8")
     return result
 
 
@@ -176,3 +184,24 @@ def _summary_text(result: Report) -> str:
     lines += ["", f"![Total scores]({result.histogram.name})", "",
               f"![Pass rate per exercise]({result.pass_rates.name})", ""]
     return "\n".join(lines)
+
+
+PAGE_STYLE = ("body {font-family: system-ui, sans-serif; max-width: 60rem; margin: 2rem auto; padding: 0 1rem;} "
+              "table {border-collapse: collapse;} th, td {border: 1px solid #ccc; padding: .25rem .6rem;} "
+              "td:nth-child(n+2) {text-align: right;} img {max-width: 100%; height: auto;} "
+              "a.anchor-link {display: none;}")
+
+
+def _summary_page(result: Report) -> str:
+    """summary.md as one HTML file, its figures embedded as PNG data URIs.
+
+    The summary has no HTML of its own, so any it holds came with a student id or file name: it is
+    escaped before rendering and shows as text.
+    """
+    body = markdown_to_html(html.escape(result.summary.read_text(encoding="utf-8"), quote=False))
+    for figure in (result.histogram, result.pass_rates):
+        embedded = "data:image/png;base64," + base64.b64encode(figure.read_bytes()).decode("ascii")
+        body = body.replace(f'src="{figure.name}"', f'src="{embedded}"')
+    return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+            f"<title>{html.escape(result.assignment)}: class report</title>\n<style>{PAGE_STYLE}</style>\n"
+            f"</head>\n<body>\n{body}\n</body>\n</html>\n")
