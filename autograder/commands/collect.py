@@ -14,7 +14,9 @@ DESCRIPTION = ("Copy submissions from an LMS download (zip or folder) into gradi
                "folder per student (SOURCE/<student_id>/<notebook>.ipynb); --regexp reads any other layout. LMS "
                "user ids and names are mapped to student ids through the roster's lms_user_id (import it first "
                "with `roster`). Of several attempts, the latest is collected. Wrong or missing file names are "
-               "reported per student. Exits 1 if anything was skipped or nothing was collected.")
+               "reported per student, and so are notebooks collected that cannot be graded (not valid JSON, not a "
+               "notebook): grading gives those students 'invalid notebook'. Exits 1 if anything was skipped or "
+               "nothing was collected.")
 
 
 def add_arguments(parser) -> None:
@@ -38,11 +40,15 @@ def run(args, course: Course) -> int:
     collected = sum(bool(r.collected) for r in results)
     attention = [r for r in results if r.needs_attention]
     print(f"{collected} students collected, {len(attention)} with problems")
+    invalid = [f"{r.student_id} ({', '.join(r.invalid)})" for r in results if r.invalid]
+    if invalid:
+        print(f"collected, but not notebooks that can be graded: {', '.join(invalid)}; grading gives them 'invalid "
+              "notebook': ask those students to hand in again", file=sys.stderr)
     if not collected:
         print(f"error: no notebook of {args.assignment} was collected from {args.source}: check that it is this "
               "assignment's download, and give its layout with --layout or --regexp (see --help)", file=sys.stderr)
         return 1
-    if attention:
+    if any(r.skipped_something for r in results):
         print("some files were not collected or need a look (lines above): fix the download or the roster and "
               "collect again; students without a usable notebook are graded 'invalid notebook'", file=sys.stderr)
         return 1

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
+import sys
 import zipfile
 from datetime import datetime, timezone
 from pathlib import Path
@@ -201,10 +203,11 @@ def test_invalid_student_ids_are_reported_and_not_collected(course_copy, tmp_pat
     assert sorted(p.name for p in (course.grading / "submitted").iterdir()) == ["ok.name-1_@uni"]
 
 
-def test_notebooks_are_copied_as_bytes_without_parsing(course_copy, tmp_path):
+def test_notebooks_are_copied_as_bytes_and_the_ones_that_cannot_be_graded_reported(course_copy, tmp_path):
     course = course_copy
     blobs = {"alice": b'{"cells": [', "bob": b"\xff\xfe not utf-8 \x00",
-             "carol": b'{"nbformat": 3, "nbformat_minor": 0, "worksheets": []}'}
+             "carol": b'{"nbformat": 3, "nbformat_minor": 0, "worksheets": []}', "dan": b'{"a": 1}',
+             "erin": (course.release / ASSIGNMENT / NOTEBOOK).read_bytes()}
     source = tmp_path / "download"
     for student, data in blobs.items():
         (source / student).mkdir(parents=True)
@@ -215,6 +218,12 @@ def test_notebooks_are_copied_as_bytes_without_parsing(course_copy, tmp_path):
     for student, data in blobs.items():
         assert results[student].complete
         assert (_submitted(course, student) / NOTEBOOK).read_bytes() == data
+    # Collected all the same (grading gives each a row and a page saying why), but each counted and named.
+    why = {student: r.invalid.get(NOTEBOOK) for student, r in results.items()}
+    assert "not valid JSON" in why["alice"] and "not UTF-8" in why["bob"] and "not a notebook" in why["dan"]
+    assert "cannot be read" in why["carol"] and why["erin"] is None  # carol's v3 notebook lacks its metadata
+    assert [s for s, r in results.items() if r.needs_attention] == ["alice", "bob", "carol", "dan"]
+    assert results["alice"].summary() == f"alice: collected {NOTEBOOK}; {NOTEBOOK} cannot be graded: {why['alice']}"
 
 
 def test_a_200_MB_notebook_in_a_folder_is_refused(course_copy, tmp_path):
@@ -349,9 +358,23 @@ def test_the_demo_class_collects_cleanly(course_copy):
 
     assert [r.student_id for r in results] == sorted(p.name for p in (DEMO_ROOT / ASSIGNMENT).iterdir())
     for r in results:
-        assert r.complete and r.summary() == f"{r.student_id}: collected {NOTEBOOK}"
+        assert r.complete and r.summary().startswith(f"{r.student_id}: collected {NOTEBOOK}")
         assert (_submitted(course_copy, r.student_id) / NOTEBOOK).read_bytes() == \
             (DEMO_ROOT / ASSIGNMENT / r.student_id / NOTEBOOK).read_bytes()
+    # gus's notebook is cut off on purpose: collected (graded 'invalid notebook'), and said so now.
+    assert [r.student_id for r in results if r.needs_attention] == ["gus"]
+
+
+def test_collect_counts_and_names_a_notebook_that_is_not_valid_json(course_copy):
+    """`collect` on the demo class: gus's cut-off notebook is one problem, named; nothing was skipped (exit 0)."""
+    result = subprocess.run([sys.executable, "-m", "autograder", "collect", ASSIGNMENT, str(DEMO_ROOT / ASSIGNMENT)],
+                            cwd=course_copy.root, env=course_copy.environment(), capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "9 students collected, 1 with problems" in result.stdout
+    assert f"gus: collected {NOTEBOOK}; {NOTEBOOK} cannot be graded: the file is not valid JSON" in result.stdout
+    assert f"gus ({NOTEBOOK})" in result.stderr and "invalid notebook" in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 def test_a_student_folders_timestamp_txt_is_the_time_handed_in(course_copy, tmp_path):

@@ -67,7 +67,7 @@ def test_canvas_flat_zip_maps_lms_ids_through_the_roster(course_copy, tmp_path):
 
     assert sorted(by_student) == ["bsmith", "jdoe", "jnunez", "strangerx"]
     assert (_submitted(course_copy, "jdoe") / NOTEBOOK).read_bytes() == b"jane"
-    assert by_student["jdoe"].complete and not by_student["jdoe"].needs_attention
+    assert by_student["jdoe"].complete and not by_student["jdoe"].skipped_something  # (its bytes are no notebook)
     assert by_student["bsmith"].notes == ["marked late by the LMS"]
     assert _timestamp(_submitted(course_copy, "bsmith")) == _local(*LATER)
     jose = by_student["jnunez"]
@@ -125,7 +125,7 @@ def test_blackboard_attempts_latest_wins_with_its_time(course_copy, tmp_path):
     assert _timestamp(_submitted(course_copy, "jdoe")) == _local(2026, 3, 15, 10, 0, 0)
     assert "resubmitted: kept the latest" in by_student["jdoe"].notes[0]
     assert "2026-03-14" in by_student["jdoe"].notes[0]
-    assert not any(r.needs_attention for r in results)
+    assert not any(r.skipped_something for r in results)  # (the bytes are no notebooks)
 
 
 def test_an_instructors_regexp_with_nbgraders_named_groups(course_copy, tmp_path):

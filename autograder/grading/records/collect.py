@@ -5,9 +5,11 @@ attempt files, a folder per student (``SOURCE/<student_id>/<notebook>.ipynb``, o
 in one top-level folder), or any layout an instructor describes with a regular expression
 (``autograder.grading.records.lms``). Submissions are untrusted input: paths that leave the folder (``..``,
 absolute paths), symbolic links, special files and oversized notebooks are refused with a message,
-and nothing is ever written outside ``<grading>/submitted/``. Notebooks are copied as bytes, not
-parsed: an invalid notebook is the grader's to report. A student who handed in no usable
-notebook gets a submission without one, so that grading gives them a row saying so.
+and nothing is ever written outside ``<grading>/submitted/``. Notebooks are copied as bytes; a
+copied one that cannot be read as a notebook (``records.submissions.read_submission``) is still
+collected, so that grading gives its student a row and a page saying why, and is reported as a
+problem now. A student who handed in no usable notebook gets a submission without one, so that
+grading gives them a row saying so.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import BinaryIO, Callable
 
 from autograder.course import Course, CourseError
 from autograder.grading.records.lms import Layout, Roster, detect, parse_timestamp, resubmission_key
+from autograder.grading.records.submissions import InvalidNotebook, read_submission
 
 MAX_NOTEBOOK_BYTES = 50_000_000
 # nbgrader's own format (Exchange.timestamp_format), in UTC; nbgrader.utils.parse_utc reads it.
@@ -49,6 +52,7 @@ class CollectResult:
     problems: list[str] = field(default_factory=list)      # refused entries and invalid ids, with why
     notes: list[str] = field(default_factory=list)         # worth knowing: a resubmission, marked late
     warnings: list[str] = field(default_factory=list)      # collected, but to check: not on the roster
+    invalid: dict[str, str] = field(default_factory=dict)  # collected notebook -> why it cannot be graded
     destination: Path | None = None                        # submitted/<student>/<assignment>/, if written
 
     @property
@@ -57,6 +61,11 @@ class CollectResult:
 
     @property
     def needs_attention(self) -> bool:
+        """Something was skipped or is doubtful, or a collected notebook cannot be graded."""
+        return self.skipped_something or bool(self.invalid)
+
+    @property
+    def skipped_something(self) -> bool:
         """Something was skipped or is doubtful: a notebook not collected, a refusal, an unknown student."""
         ignored_notebooks = [n for n in self.unexpected if n.lower().endswith(".ipynb")]
         return bool(self.missing or self.problems or self.warnings or ignored_notebooks
@@ -73,6 +82,7 @@ class CollectResult:
             parts.append("nothing collected")
         if self.missing:
             parts.append("missing " + ", ".join(self.missing))
+        parts += [f"{n} cannot be graded: {_shown(why)}" for n, why in self.invalid.items()]
         if self.unexpected:
             parts.append("ignored " + ", ".join(f'"{_shown(n)}"' for n in self.unexpected))
         parts += [_shown(p) for p in self.problems + self.warnings + self.notes]
@@ -303,6 +313,10 @@ def _write_submission(destination: Path, chosen: dict[str, _Entry], limit: int, 
                 continue
             os.utime(scratch / name, (entry.modified.timestamp(),) * 2)
             result.collected.append(name)
+            try:
+                read_submission(scratch / name)
+            except InvalidNotebook as error:
+                result.invalid[name] = str(error)
             times.append(entry.modified)
         if not result.collected and empty_time is None:
             return
