@@ -104,9 +104,10 @@ def feedback(course: Course, assignment: str) -> list[Path]:
 # nbgrader's feedback template loads MathJax from a CDN, whatever HTMLExporter.mathjax_url says; the
 # maths is MathML already (markup.py), so the page needs no script at all.
 MATHJAX_BLOCK = re.compile(r"<!-- Load mathjax -->.*?<!-- End of mathjax configuration -->", re.S)
-# Long error lines and outputs wrap inside the page's width instead of running off it.
-PAGE_STYLE = ("<style>div.output_area pre, div.output_subarea pre, div.output_text pre, pre.tex "
-              "{white-space: pre-wrap; overflow-wrap: anywhere;} math[display=block] {margin: .5em 0;}</style>")
+# Long error lines, outputs and code lines wrap inside the page's width instead of running off it.
+PAGE_STYLE = ("<style>div.output_area pre, div.input_area pre, code.tex "
+              "{white-space: pre-wrap; overflow-wrap: anywhere;} math[display=block] {margin: .5em 0;} "
+              "details > summary {display: list-item; cursor: pointer;}</style>")
 
 
 def self_contained(page: str) -> str:

@@ -23,11 +23,13 @@ from latex2mathml.converter import convert as latex_to_mathml
 from nbconvert.filters.markdown_mistune import IPythonRenderer, MarkdownWithMath
 
 # What any markdown on a page may use: bleach's safe list and the plain HTML markdown itself produces.
+# No images: a student's <img src="https://..."> would make the page fetch (and tell someone it was opened).
 STUDENT_TAGS = frozenset(bleach.ALLOWED_TAGS) | {
-    "p", "div", "span", "br", "hr", "pre", "h1", "h2", "h3", "h4", "h5", "h6", "img", "sub", "sup",
+    "p", "div", "span", "br", "hr", "pre", "h1", "h2", "h3", "h4", "h5", "h6", "sub", "sup",
     "table", "thead", "tbody", "tr", "th", "td", "del", "dl", "dt", "dd"}
-# The course's own markdown adds its hint markup (issue 27's convention: <details><summary>Hint N</summary>).
-COURSE_TAGS = STUDENT_TAGS | {"details", "summary"}
+# The course's own markdown adds its hint markup (issue 27's convention: <details><summary>Hint N</summary>)
+# and its images.
+COURSE_TAGS = STUDENT_TAGS | {"details", "summary", "img"}
 ATTRIBUTES = {**bleach.ALLOWED_ATTRIBUTES, "*": ["id", "class", "title"], "img": ["src", "alt"]}
 
 # MathML that latex2mathml writes (MathML Core plus menclose/mfenced), and its presentation attributes.

@@ -196,9 +196,9 @@ def _summary_page(result: Report) -> str:
     """summary.md as one HTML file, its figures embedded as PNG data URIs.
 
     The summary has no HTML of its own, so any it holds came with a student id or file name: it is
-    escaped before rendering and shows as text.
+    escaped before rendering and shows as text. Its Markdown images are the course's own (its figures).
     """
-    body = markdown_to_html(html.escape(result.summary.read_text(encoding="utf-8"), quote=False))
+    body = markdown_to_html(html.escape(result.summary.read_text(encoding="utf-8"), quote=False), course_markup=True)
     for figure in (result.histogram, result.pass_rates):
         embedded = "data:image/png;base64," + base64.b64encode(figure.read_bytes()).decode("ascii")
         body = body.replace(f'src="{figure.name}"', f'src="{embedded}"')
