@@ -96,6 +96,13 @@ def test_demo_feedback_explains_failures_without_hidden_tests(demo):
     for student, late in EXPECTED["late"].items():  # the late student's page says how late, and the cost
         assert f"Handed in {late['late']} late (due 2026-03-16 23:59 UTC)" in pages[student]
         assert "late-notice" not in pages["ada"] and "late-notice" not in pages["dana"]
+    # Every page opens offline and where scripts are stripped: no script, hints as <details>, maths as MathML.
+    released = read_notebook(course.release / ASSIGNMENT / f"{ASSIGNMENT}.ipynb")["cells"]
+    hints = sum(source(c).count("<details>") for c in released if c["cell_type"] == "markdown")
+    for student, page in pages.items():
+        assert "<script" not in page, student
+        if student != "gus":  # gus's page is the one cell saying why his file could not be graded
+            assert page.count("<details>") == hints and "&lt;details&gt;" not in page and "<math" in page, student
     hidden = hidden_test_lines(course, ASSIGNMENT)
     assert hidden, "assignment 01 has hidden tests"
     for student, page in pages.items():
