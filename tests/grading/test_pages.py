@@ -82,6 +82,12 @@ def test_maths_is_mathml_and_tex_it_cannot_read_is_shown_escaped():
     assert render_math("\\alpha") == '<math display="inline"><mrow><mi>&#x003B1;</mi></mrow></math>'  # no xmlns: HTML
 
 
+def test_maths_in_an_attribute_never_breaks_out_of_it():
+    for course_markup in (False, True):
+        html = markdown_to_html('![a $x"$ b](f.png) [t](https://a.org "$y$") $z$', course_markup=course_markup)
+        assert _active(html) == [] and html.count("<math") <= 2, html
+
+
 def test_a_student_cannot_forge_a_maths_placeholder():
     guessed = "math0123456789abcdefn0"  # the shape of a placeholder, with a nonce the student cannot know
     html = markdown_to_html(f"{guessed} $y$")

@@ -62,11 +62,11 @@ class _MathPlaceholders(IPythonRenderer):
     def __init__(self):
         super().__init__(escape=False)
         self.nonce = secrets.token_hex(8)  # a student cannot write a placeholder in advance
-        self.formulas: dict[str, str] = {}
+        self.formulas: dict[str, tuple[str, str]] = {}  # placeholder -> (TeX, MathML)
 
     def _hold(self, tex: str, display: bool) -> str:
         key = f"math{self.nonce}n{len(self.formulas)}"
-        self.formulas[key] = render_math(tex, display)
+        self.formulas[key] = (tex, render_math(tex, display))
         return key
 
     def inline_math(self, body: str) -> str:
@@ -90,4 +90,12 @@ def markdown_to_html(source: str, course_markup: bool = False) -> str:
                            css_sanitizer=CSS, strip=False, strip_comments=True)
     if not renderer.formulas:
         return cleaned
-    return re.sub(f"math{renderer.nonce}n[0-9]+", lambda m: renderer.formulas.get(m.group(0), m.group(0)), cleaned)
+    placeholder = re.compile(f"math{renderer.nonce}n[0-9]+")
+
+    def fill(match, part: int, quoted: bool) -> str:
+        found = renderer.formulas.get(match.group(0))
+        return match.group(0) if found is None else html.escape(found[0], quote=True) if quoted else found[part]
+
+    # Inside a tag (an image's alt, a link's title) a formula stays its escaped TeX; in text it is MathML.
+    cleaned = re.sub(r"<[^>]*>", lambda tag: placeholder.sub(lambda m: fill(m, 0, True), tag.group(0)), cleaned)
+    return placeholder.sub(lambda m: fill(m, 1, False), cleaned)
