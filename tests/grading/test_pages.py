@@ -7,13 +7,13 @@ from html.parser import HTMLParser
 
 import nbformat
 import pytest
+from latex2mathml.converter import convert as latex_to_mathml
+from nbconvert.filters.markdown_mistune import markdown2html_mistune
+from nbgrader.coursedir import CourseDirectory
 from traitlets.config import Config
 
 from autograder.grading.results.feedback import SanitizeStudentHTML, released_markdown, self_contained
 from autograder.grading.results.markup import markdown_to_html, render_math
-from latex2mathml.converter import convert as latex_to_mathml
-from nbconvert.filters.markdown_mistune import markdown2html_mistune
-from nbgrader.coursedir import CourseDirectory
 
 ASSIGNMENT = "01_first_function"
 HINT = "<details><summary>Hint 1</summary>\n\nUse $\\sqrt{x}$ and `ctx.saved_tensors`.\n\n</details>"
