@@ -49,7 +49,8 @@ def child_main(cells, cwd, limits: Limits, env, connection, judged: bool = False
             source = "".join(source) if isinstance(source, list) else source
             send(connection, ["start", index])
             limit = min(limits.after_timeout, limits.cell_timeout) if timed_out else limits.cell_timeout
-            recorder.begin(hidden=HIDDEN_TESTS_MARKER in source, limit=limit, memory=limits.memory)
+            recorder.begin(hidden=cell.get("hidden", False) or HIDDEN_TESTS_MARKER in source, limit=limit,
+                           memory=limits.memory)
             signal.setitimer(signal.ITIMER_REAL, limit)
             outcome = None
             try:

@@ -31,11 +31,44 @@ import base64
 import builtins
 import os
 import types
+from dataclasses import dataclass
 
 DTYPES = ("float16", "bfloat16", "float32", "float64", "uint8", "int8", "int16", "int32", "int64", "bool")
 MAX_ELEMENTS = 4_000_000        # per tensor a student's process may send back
 JUDGES = ("check_function", "check_forward", "check_callable")
 SKIPPED_OPTIONS = {"vmap", "forward_ad", "double_backward", "compile", "autograd_in_backward"}  # judged in-process only
+
+
+HIDDEN_BEGIN = "### BEGIN " "HIDDEN TESTS"  # in two parts: no file shipped to students holds the marker itself
+HIDDEN_END = "### END " "HIDDEN TESTS"
+
+
+def hidden_chunks(source: str) -> list[tuple[bool, str]]:
+    """A test cell's source cut at nbgrader's hidden-test markers: (hidden?, text) in order, markers dropped."""
+    chunks, lines, hidden = [], [], False
+    for line in source.splitlines(keepends=True):
+        if HIDDEN_BEGIN in line or HIDDEN_END in line:
+            chunks.append((hidden, "".join(lines)))
+            lines, hidden = [], HIDDEN_BEGIN in line
+            continue
+        lines.append(line)
+    chunks.append((hidden, "".join(lines)))
+    return [(h, text) for h, text in chunks if text.strip()]
+
+
+def visible_source(source: str) -> str:
+    """What the student's process runs of a test cell the referee decides: the cell without its hidden tests."""
+    return "".join(text for hidden, text in hidden_chunks(source) if not hidden)
+
+
+@dataclass
+class Plan:
+    """One test cell, run by the referee before the student's notebook: its checks, and whether it decides the cell."""
+
+    pending: list          # (request to the student's process, what judges the reply)
+    failure: str | None    # a hidden assert that failed on the referee's own values
+    decided: bool          # every hidden statement ran here: the student's process never sees them
+    undecidable: list      # else the hidden statements it could not run, with why (for the instructor)
 
 
 class Unsupported(Exception):
@@ -74,6 +107,14 @@ class _Unavailable:
 
     def __iter__(self):
         raise Unsupported("a value the referee could not compute")
+
+    def _unsupported(self, *args):
+        raise Unsupported("a value the referee could not compute")
+
+    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = __len__ = __getitem__ = __contains__ = _unsupported
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = __rtruediv__ = _unsupported
+    __abs__ = __neg__ = __float__ = __int__ = __index__ = __format__ = _unsupported
+    __hash__ = object.__hash__
 
 
 UNAVAILABLE = _Unavailable()
@@ -245,46 +286,79 @@ class Referee:
 
     ``cells`` are the instructor's code cells in notebook order, each ``{"kind": "given" | "test",
     "grade_id": ..., "source": ...}``; ``ask(requests) -> replies`` reaches the student's process.
-    A test cell's checks are collected while its statements run (their inputs never depend on the
-    student's answers) and sent in one batch: one round trip per cell, not per check.
+
+    ``plan()`` runs every cell once, before the student's notebook runs: a test cell's checks are
+    collected with their expected results (their inputs never depend on the student's answers), to
+    be sent in one batch when the student's process reaches the cell (``judge_cell``). A cell whose
+    hidden tests the referee runs entirely (every hidden statement: judges, asserts on its own values)
+    is *decided* here: the student's process then runs only its visible part and never sees a hidden line.
     """
 
     def __init__(self, cells: list[dict], student_names: list[str], ask) -> None:
         import torch
 
         torch.manual_seed(int.from_bytes(os.urandom(8), "little") >> 1)
-        self.cells, self.ask, self.next_given = cells, ask, 0
+        self.cells, self.ask = cells, ask
         self.namespace = {"__name__": "__main__", "__builtins__": builtins}
         self.namespace.update({name: StudentObject(name) for name in student_names})
         self.namespace.update({name: getattr(self, name) for name in JUDGES})
-        self.pending: list[tuple[dict, object]] = []  # this cell's checks: (request, what judges its reply)
+        self.namespace["print"] = lambda *args, **kwargs: None  # the student's process prints the cell's output
+        self.pending: list[tuple[dict, object]] = []  # the cell being planned: (request, what judges its reply)
+        self.plans: dict[str, Plan] | None = None
+
+    def plan(self) -> list[str]:
+        """Run every cell once now; return the test cells the referee decides (their hidden tests run here only)."""
+        if self.plans is None:
+            self.plans = {}
+            for cell in self.cells:
+                if cell["kind"] == "given":
+                    self._run(cell["source"], definitions_only=True)
+                else:
+                    self.plans[cell["grade_id"]] = self._plan_test(cell["source"])
+        return [grade_id for grade_id, plan in self.plans.items() if plan.decided]
 
     def judge_cell(self, grade_id: str) -> tuple[int, str | None]:
-        """Run the test ``grade_id``; return (how many checks the referee decided, the first failure or None)."""
-        position = next((i for i, c in enumerate(self.cells) if c["kind"] == "test" and c["grade_id"] == grade_id), None)
-        if position is None:
+        """Test ``grade_id``'s planned checks, asked now: (how many the referee decided, the first failure or None)."""
+        self.plan()
+        plan = self.plans.get(grade_id)
+        if plan is None:
             return 0, None
-        for cell in self.cells[self.next_given:position]:
-            if cell["kind"] == "given":
-                self._run(cell["source"], definitions_only=True)
-        self.next_given = max(self.next_given, position)
-        self.pending = []
-        self._run(self.cells[position]["source"], definitions_only=False)
-        if not self.pending:
-            return 0, None
-        replies = self.ask([request for request, _ in self.pending])
-        if not (isinstance(replies, list) and len(replies) == len(self.pending)):
-            replies = [None] * len(self.pending)
-        failures = [problem for (_, compare), reply in zip(self.pending, replies) for problem in [compare(reply)]
+        if not plan.pending:
+            return 0, plan.failure
+        replies = self.ask([request for request, _ in plan.pending])
+        if not (isinstance(replies, list) and len(replies) == len(plan.pending)):
+            replies = [None] * len(plan.pending)
+        failures = [problem for (_, compare), reply in zip(plan.pending, replies) for problem in [compare(reply)]
                     if problem]
-        return len(self.pending), (failures[0] if failures else None)
+        return len(plan.pending), plan.failure or (failures[0] if failures else None)
+
+    def _plan_test(self, source: str) -> "Plan":
+        """Run one test cell: its visible part as far as it can, its hidden part entirely (or not decided)."""
+        self.pending, failure, hidden_ran, undecidable = [], None, False, []
+        for hidden, chunk in hidden_chunks(source):
+            if not hidden:
+                self._run(chunk, definitions_only=False)
+                continue
+            hidden_ran = True
+            for statement in _statements(chunk) if failure is None else []:
+                try:
+                    exec(compile(ast.Module([statement], []), "<hidden test>", "exec"), self.namespace)
+                except AssertionError as error:  # a hidden assert on the referee's own values
+                    failure = str(error) or "a hidden test failed"
+                except BaseException as error:  # noqa: BLE001 (needs the student's objects: their process must run it)
+                    undecidable.append(f"line {statement.lineno}: {ast.unparse(statement).splitlines()[0][:100]} "
+                                       f"({type(error).__name__}: {str(error)[:100]})")
+                    self._make_unavailable(statement)
+                for name in JUDGES:
+                    self.namespace[name] = getattr(self, name)
+        return Plan(self.pending, failure, hidden_ran and not undecidable and bool(self.pending), undecidable)
 
     def _run(self, source: str, definitions_only: bool) -> None:
         for statement in _statements(source):
             if definitions_only and not _is_definition(statement):
                 continue
             if isinstance(statement, ast.Assert):
-                continue  # asserts about the student's objects are the student's process's to decide
+                continue  # visible asserts about the student's objects are the student's process's to decide
             try:
                 exec(compile(ast.Module([statement], []), "<test>", "exec"), self.namespace)
             except BaseException:  # noqa: BLE001 (any failure here only means: not decidable outside)
