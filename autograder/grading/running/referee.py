@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 DTYPES = ("float16", "bfloat16", "float32", "float64", "uint8", "int8", "int16", "int32", "int64", "bool")
 MAX_ELEMENTS = 4_000_000        # per tensor a student's process may send back
-JUDGES = ("check_function", "check_forward", "check_callable")
+JUDGES = ("check_function", "check_forward", "check_callable", "check_saved")
 SKIPPED_OPTIONS = {"vmap", "forward_ad", "double_backward", "compile", "autograd_in_backward"}  # judged in-process only
 
 
@@ -175,26 +175,44 @@ def answer(request: dict, namespace: dict) -> dict:
     """Apply the student's Function as asked and send back its outputs and gradients (or the error)."""
     import torch
 
+    from autograder.student.checker.callables import graph_names
+
     try:
         run = _target(request, namespace)
         if isinstance(run, str):
             return {"error": run}
+        if request["kind"] == "saved":
+            return _answer_saved(namespace[request["target"]], [decode(a) for a in request["args"]], request["grad"],
+                                 bool(request["inplace"]))
         args = [decode(a) for a in request["args"]]
         leaves = [a.requires_grad_(True) if wanted else a for a, wanted in zip(args, request["grad"])]
         call = [a.clone() if wanted and request["inplace"] else a for a, wanted in zip(leaves, request["grad"])]
         with torch.enable_grad():
             outputs = run(*call)
         outputs = tuple(outputs) if isinstance(outputs, (tuple, list)) else (outputs,)
-        reply = {"error": None, "outputs": [_encode_output(o) for o in outputs], "grads": None}
+        reply = {"error": None, "outputs": [_encode_output(o) for o in outputs], "grads": None,
+                 "returned_inputs": [next((i for i, a in enumerate(call) if o is a), None) for o in outputs],
+                 "graph": graph_names(outputs)}
         upstream = request["upstream"]
         if upstream is not None and len(upstream) == len(outputs):
             used = [(o, decode(u)) for o, u in zip(outputs, upstream) if u is not None]
             wrt = [leaf for leaf, wanted in zip(leaves, request["grad"]) if wanted]
+            kept = [u.clone() for _, u in used]
             grads = iter(torch.autograd.grad([o for o, _ in used], wrt, [u for _, u in used], allow_unused=True))
+            reply["upstream_modified"] = any(not torch.equal(u, k) for (_, u), k in zip(used, kept))
             reply["grads"] = [_encode_output(next(grads)) if wanted else {"value": None} for wanted in request["grad"]]
         return reply
     except Exception as error:  # the student's code failed: the referee says so in the test cell
         return {"error": f"{type(error).__name__}: {str(error)[:300]}"}
+
+
+def _answer_saved(function, args: list, grad: list, inplace: bool) -> dict:
+    """What the Function saved for backward (``autograder.check_saved``'s record), as data."""
+    from autograder.student.checker.saved import saved_record
+
+    leaves = [a.requires_grad_(True) if wanted else a for a, wanted in zip(args, grad)]
+    _, saved, attributes = saved_record(function, [a * 1 if inplace and wanted else a for a, wanted in zip(leaves, grad)])
+    return {"error": None, "saved": [_encode_output(t) for t in saved], "attributes": [str(a) for a in attributes]}
 
 
 def _target(request: dict, namespace: dict):
@@ -204,7 +222,7 @@ def _target(request: dict, namespace: dict):
 
     name, found = request["target"], namespace.get(request["target"])
     is_function = isinstance(found, type) and issubclass(found, torch.autograd.Function)
-    if request["kind"] == "apply":
+    if request["kind"] in ("apply", "saved"):
         return found.apply if is_function else f"NameError: no torch.autograd.Function named {name} in your notebook"
     if isinstance(found, type) and issubclass(found, torch.nn.Module):
         return found()
@@ -384,12 +402,56 @@ class Referee:
         """What the test's ``check_forward`` call decides: forward's outputs."""
         self._judge(function, reference, args, rtol, atol, inplace, (), {}, backward=False)
 
-    def check_callable(self, function, reference, *args, rtol: float = 1e-6, atol: float = 1e-8) -> None:
-        """What the test's ``check_callable`` call decides: a function's (or a Module's) outputs and gradients."""
-        self._judge(function, reference, args, rtol, atol, False, (), {}, backward=True, kind="call")
+    def check_callable(self, function, reference, *args, rtol: float = 1e-6, atol: float = 1e-8,
+                       uses: tuple = ()) -> None:
+        """What the test's ``check_callable`` call decides: a function's (or a Module's) outputs and gradients,
+        and that its graph holds the Functions it must ``use``."""
+        self._judge(function, reference, args, rtol, atol, False, (), {}, backward=True, kind="call", uses=uses)
+
+    def check_saved(self, function, reference, *args, saves=None, max_saved: int | None = None,
+                    inplace: bool = False, rtol: float = 1e-6, atol: float = 1e-8) -> None:
+        """What the test's ``check_saved`` call decides: the tensors the Function keeps for backward."""
+        import torch
+
+        from autograder.student.checker.saved import expected_saved, saved_problem
+
+        if not isinstance(function, StudentObject):
+            raise Unsupported("not a check of the student's Function")
+        if (saves is None) == (max_saved is None):
+            raise TypeError("check_saved needs saves=... or max_saved=..., not both")
+        grad = [isinstance(a, torch.Tensor) and a.is_floating_point() for a in args]
+        leaves = [a.detach().to(torch.float64).clone().requires_grad_(True) if wanted else a
+                  for a, wanted in zip(args, grad)]
+        expected = []
+        if saves is not None:
+            with torch.enable_grad():
+                outputs = reference(*[a.detach().clone().requires_grad_(True) if w else a for a, w in zip(leaves, grad)])
+            expected = expected_saved(saves, leaves, tuple(outputs) if isinstance(outputs, (tuple, list)) else
+                                      (outputs,), None)
+        largest = max((a.numel() for a in leaves if isinstance(a, torch.Tensor)), default=0)
+        request = {"target": function.name, "kind": "saved", "args": [encode(a) for a in leaves], "grad": grad,
+                   "inplace": bool(inplace), "upstream": None}
+
+        def compare(reply) -> str | None:
+            if not isinstance(reply, dict):
+                return _found(function.name, "could not be checked: your notebook's process sent no answer")
+            if reply.get("error") is not None:
+                return _found(function.name, f"failed ({str(reply['error'])[:300]})")
+            try:
+                saved = [decode(t) for t in reply["saved"]]
+                attributes = [str(a) for a in reply["attributes"]][:20]
+            except (KeyError, TypeError, ValueError) as error:
+                return _found(function.name, f"could not be checked: your notebook's process sent a malformed "
+                                             f"answer ({error})")
+            if not all(isinstance(t, torch.Tensor) for t in saved):
+                return _found(function.name, "saved something that is not a tensor of a plain dtype")
+            problem = saved_problem(function.name, saved, attributes, expected, max_saved, largest, rtol, atol)
+            return problem and _found(function.name, problem, named=True)
+
+        self.pending.append((request, compare))
 
     def _judge(self, function, reference, args, rtol, atol, inplace, constants, options, backward,
-               kind: str = "apply") -> None:
+               kind: str = "apply", uses: tuple = ()) -> None:
         import torch
 
         if not isinstance(function, StudentObject) or set(options) - SKIPPED_OPTIONS:
@@ -415,8 +477,20 @@ class Referee:
 
         def compare(reply) -> str | None:
             problem = self._compare(leaves, grad, expected, upstream, reply, rtol, atol, words)
-            return problem and (f"{function.name}: {problem} (found by the grader's own check, which repeats this "
-                                f"cell's checks outside your notebook's process, on new random inputs)")
+            if problem is None and reply.get("upstream_modified") is True:
+                problem = ("backward changed grad_output in place: another branch of the graph that shares it then "
+                           "gets a wrong gradient. Compute a new tensor (grad_output * mask), do not write into it")
+            if problem is None and inplace and (reply.get("returned_inputs") or [None])[0] is None:
+                problem = ("should return its input tensor itself, modified in place (and marked with "
+                           "ctx.mark_dirty), not a new tensor")
+            if problem is None and uses:
+                from autograder.student.checker.callables import missing_functions, missing_message
+
+                names = [str(n) for n in reply.get("graph") or []][:200]
+                if missing_functions(uses, names):
+                    return _found(function.name, missing_message(function.name, missing_functions(uses, names),
+                                                                 names), named=True)
+            return problem and _found(function.name, problem)
 
         self.pending.append((request, compare))
 
@@ -465,6 +539,12 @@ class Referee:
             if not isinstance(got, torch.Tensor) or not _close(got, want, rtol, atol):
                 return f"{words[1]} for input {position + 1} is wrong"
         return None
+
+
+def _found(name: str, problem: str, named: bool = False) -> str:
+    """A referee's failure as the student reads it: what is wrong, and that the grader's own check found it."""
+    return (f"{'' if named else name + ': '}{problem} (found by the grader's own check, which repeats this cell's "
+            f"checks outside your notebook's process, on new random inputs)")
 
 
 def _is_definition(statement: ast.stmt) -> bool:

@@ -41,7 +41,7 @@ from IPython.core.displaypub import DisplayPublisher
 from IPython.core.interactiveshell import InteractiveShell
 from traitlets.config import Config
 
-from autograder import check_callable, check_forward, check_function, draw_graph  # noqa: F401  (the checker, as the notebooks import it)
+from autograder import check_callable, check_forward, check_function, check_saved, draw_graph  # noqa: F401  (the checker, as the notebooks import it)
 import autograder.grading.running.kernel
 import autograder.grading.running.tamper
 

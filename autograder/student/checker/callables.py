@@ -18,14 +18,15 @@ from autograder.student.checker.references import (
 )
 
 
-def check_callable(function, reference, *args, rtol: float = RTOL, atol: float = ATOL) -> None:
+def check_callable(function, reference, *args, rtol: float = RTOL, atol: float = ATOL, uses: tuple = ()) -> None:
     """Check a differentiable function, custom operator or ``nn.Module`` class against a torch reference.
 
     ``function(*args)`` (for a Module class, ``function()(*args)``: built with no arguments) must
     give the reference's outputs, and the gradient of each floating-point tensor argument, for random
     upstream gradients on every output that needs one, must match torch autograd on ``reference``.
     Floating-point tensors in ``args`` are copied to fresh float64 leaves; other values pass through.
-    A ``torch.autograd.Function`` is checked with ``check_function`` instead.
+    A ``torch.autograd.Function`` is checked with ``check_function`` instead. ``uses`` names Functions
+    (``("PolyFunction",)``) whose backward must be in the outputs' graph: the callable must use them.
     """
     name = getattr(function, "__name__", type(function).__name__)
     run = _callable(function, name)
@@ -37,12 +38,40 @@ def check_callable(function, reference, *args, rtol: float = RTOL, atol: float =
         reference_leaves, expected = _call(lambda *a: _run_reference(reference, a), args, None)
         _compare_outputs(got, expected, report, rtol, atol, who=name)
         report.raise_if_any()
+        missing = missing_functions(uses, graph_names(got))
+        if missing:
+            report.add(missing_message(name, missing, graph_names(got)))
+            report.raise_if_any()
         used = [k for k, e in enumerate(expected) if isinstance(e, _Tensor) and e.requires_grad]
         if used:
             _compare_gradients(name, names, got, expected, used, leaves, reference_leaves, inputs, report, rtol, atol)
     except _StudentError as err:
         report.add(err.message)
     report.raise_if_any()
+
+
+def graph_names(outputs, limit: int = 200) -> list[str]:
+    """The names of the backward graph's nodes behind ``outputs`` (``PolyFunctionBackward``, ...), at most ``limit``."""
+    seen, names = set(), set()
+    todo = [o.grad_fn for o in outputs if isinstance(o, _Tensor) and o.grad_fn is not None]
+    while todo and len(seen) < limit:
+        node = todo.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        names.add(type(node).__name__)
+        todo += [n for n, _ in node.next_functions]
+    return sorted(names)
+
+
+def missing_functions(uses: tuple, names: list[str]) -> list[str]:
+    """The Functions of ``uses`` whose backward node is not among the graph's node ``names``."""
+    return [u for u in uses if f"{u}Backward" not in names]
+
+
+def missing_message(name: str, missing: list[str], names: list[str]) -> str:
+    return (f"{name}'s output should come from {' and '.join(m + '.apply' for m in missing)}, but its backward graph "
+            f"holds only {', '.join(names) or 'no node'}: call your Function in forward, not a torch equivalent")
 
 
 def _callable(function, name: str):
