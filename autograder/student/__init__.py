@@ -11,7 +11,10 @@ Nothing here imports from ``autograder.authoring`` or ``autograder.grading``: a 
 notebook needs neither the course's sources nor the grader.
 """
 
-from autograder.student.checker import check_callable, check_forward, check_function, check_saved
+from autograder.student.checker import (
+    check_callable, check_forward, check_function, check_saved, check_values, check_with,
+)
 from autograder.student.graph import draw_graph
 
-__all__ = ["check_callable", "check_forward", "check_function", "check_saved", "draw_graph"]
+__all__ = ["check_callable", "check_forward", "check_function", "check_saved", "check_values", "check_with",
+           "draw_graph"]

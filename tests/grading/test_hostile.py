@@ -168,7 +168,13 @@ def _dump(where):
         for value in list(vars(module).values())[:500]:
             if isinstance(value, str) and len(value) > 12:
                 found.append(value)
-    print(where, base64.b64encode('\\n'.join(map(str, found)).encode()).decode())
+    # What a test would look like, not printed before: small enough to pass the output limit whole.
+    lines = {line.strip() for text in found for line in str(text).splitlines()
+             if ('check_' in line or 'assert' in line) and len(line) < 300} - _printed
+    _printed.update(lines)
+    print(where, base64.b64encode('\\n'.join(sorted(lines)).encode()).decode())
+
+_printed = set()
 
 _forward, _backward = Cube.forward, Cube.backward
 def _dumping_forward(ctx, x):
@@ -411,6 +417,10 @@ def test_no_secret_or_hidden_test_reaches_what_students_see(run):
         leaked = [line for line in hidden if line in seen]
         assert not leaked, (student, leaked[:2])
     assert run.connections == []
+    # The dump did run, in test cells and in the referee's requests, and read what it could: the visible tests.
+    dumped = decoded(run.outputs("dumps_what_runs_it"))
+    assert "after a cell" in dumped and "backward" in dumped
+    assert "check_function(Cube, lambda x: x ** 3" in dumped
 
 
 def test_a_pickle_sent_to_the_grader_is_not_unpickled(run):

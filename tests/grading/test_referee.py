@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from autograder.grading.running import executor, referee
+from autograder.grading.running import answer, executor, referee
 from autograder.grading.running.confinement import Limits
 from autograder.grading.running.executor import execute
 from autograder.grading.running.referee_process import stop_referee
@@ -55,7 +55,7 @@ def _each(answer):
 
 def _asker(namespace: dict, log: list | None = None):
     def ask(request):
-        reply = json.loads(json.dumps(referee.answer(json.loads(json.dumps(request)), namespace)))
+        reply = json.loads(json.dumps(answer.answer(json.loads(json.dumps(request)), namespace)))
         if log is not None:
             log.append(reply)
         return reply
@@ -105,7 +105,7 @@ def test_checks_on_values_the_referee_cannot_compute_are_left_to_the_students_pr
         "check_function(Cube, lambda x: x ** 3, torch.randn(2))\n")}]
     asked = []
     judge = referee.Referee(cells, ["Cube"], _each(lambda request: asked.append(request) or
-                                                   referee.answer(request, _student())))
+                                                   answer.answer(request, _student())))
     assert judge.judge_cell("t") == (1, None)
     assert len(asked) == 1 and asked[0]["args"][0]["shape"] == [2]
 
@@ -132,7 +132,7 @@ def test_a_forward_only_check_asks_for_no_gradient():
     cells = [IMPORTS, {"kind": "test", "grade_id": "t", "source": "check_forward(Cube, lambda x: x ** 3, torch.randn(3))"}]
     asked = []
     namespace = _student(WRONG_BACKWARD)
-    judge = referee.Referee(cells, ["Cube"], _each(lambda r: asked.append(r) or referee.answer(r, namespace)))
+    judge = referee.Referee(cells, ["Cube"], _each(lambda r: asked.append(r) or answer.answer(r, namespace)))
     assert judge.judge_cell("t") == (1, None) and asked[0]["upstream"] is None
 
 
@@ -221,7 +221,7 @@ def test_in_grading_a_forged_pass_is_overruled_and_an_honest_notebook_keeps_ever
 def test_a_student_who_hands_back_the_right_values_without_the_function_passes_the_value_checks(tmp_path):
     # The documented limit (README, threat model): the referee judges values; a forged answer that
     # computes the right values with torch itself (which needs knowing the answer) is not caught here.
-    forge = ("\nimport autograder.grading.running.referee as _r, torch as _t\n"
+    forge = ("\nimport autograder.grading.running.answer as _r, torch as _t\n"
              "def _forged(request, namespace):\n"
              "    x = _r.decode(request['args'][0]).requires_grad_()\n"
              "    y = x ** 3\n"
@@ -246,14 +246,11 @@ IN_PROCESS = {
     "03_non_tensor_arguments": {"test_linear_layer", "test_linear_needs_input_grad"},
     "04_multiple_inputs_and_outputs": {"test_premultiply_none"},
     "05_deriving_backward": {"test_attention", "test_layer_norm", "test_log_softmax_nll", "test_softmax"},
-    "06_checking_gradients": {"test_numerical_jacobian_general", "test_numerical_jacobian_sin",
-                              "test_softplus_and_sigmoid_double_backward"},
+    "06_checking_gradients": set(),
     "07_gpu_timing": {"test_crossover_on_dataset", "test_crossover_size", "test_gbps_and_speedups",
                       "test_measure_devices", "test_measure_method", "test_measure_real_clock"},
-    "08_torch_func": {"test_huber", "test_log_sum_exp_jvp", "test_log_sum_exp_second_derivatives",
-                      "test_numpy_cumsum"},
-    "09_production_pytorch": {"test_numpy_clip", "test_pairwise_distance", "test_quantized_training",
-                              "test_safe_sqrt"},
+    "08_torch_func": set(),
+    "09_production_pytorch": set(),
 }
 
 

@@ -77,7 +77,8 @@ def _context():
     context = multiprocessing.get_context("forkserver")
     # sandbox too: its libseccomp lookup (pyseccomp, ~6 ms) is then paid once, not by every notebook.
     context.set_forkserver_preload(["autograder.grading.running.warm", "autograder.grading.running.sandbox",
-                                    "autograder.grading.running.referee", "autograder.grading.running.child",
+                                    "autograder.grading.running.referee", "autograder.grading.running.answer",
+                                    "autograder.grading.running.child",
                                     "autograder.grading.running.referee_process"])
     from multiprocessing import forkserver
 

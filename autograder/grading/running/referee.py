@@ -30,13 +30,15 @@ import ast
 import base64
 import builtins
 import os
+import sys
 import types
 from dataclasses import dataclass
 
-DTYPES = ("float16", "bfloat16", "float32", "float64", "uint8", "int8", "int16", "int32", "int64", "bool")
-MAX_ELEMENTS = 4_000_000        # per tensor a student's process may send back
-JUDGES = ("check_function", "check_forward", "check_callable", "check_saved")
-SKIPPED_OPTIONS = {"vmap", "forward_ad", "double_backward", "compile", "autograd_in_backward"}  # judged in-process only
+from autograder.grading.running.wire import Unsupported, decode, encode
+
+JUDGES = ("check_function", "check_forward", "check_callable", "check_saved", "check_values", "check_with")
+TRANSFORMS = ("vmap", "forward_ad", "double_backward", "compile", "mutates")  # judged from both sides' results
+ALLOWED = {"autograd_in_backward"}  # a permission the in-process check enforces; nothing for the referee to judge
 
 
 HIDDEN_BEGIN = "### BEGIN " "HIDDEN TESTS"  # in two parts: no file shipped to students holds the marker itself
@@ -69,10 +71,6 @@ class Plan:
     failure: str | None    # a hidden assert that failed on the referee's own values
     decided: bool          # every hidden statement ran here: the student's process never sees them
     undecidable: list      # else the hidden statements it could not run, with why (for the instructor)
-
-
-class Unsupported(Exception):
-    """A statement the referee cannot run without the student's objects: it is skipped."""
 
 
 class StudentObject:
@@ -118,124 +116,6 @@ class _Unavailable:
 
 
 UNAVAILABLE = _Unavailable()
-
-
-# ----------------------------------------------------------------------------------------
-# Tensors on the wire (both sides)
-
-
-def encode(value):
-    """A tensor or a JSON scalar as plain data; anything else raises Unsupported."""
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        tensor = value.detach().cpu().contiguous()
-        dtype = str(tensor.dtype).removeprefix("torch.")
-        if dtype not in DTYPES or tensor.numel() > MAX_ELEMENTS or tensor.is_sparse or tensor.is_quantized:
-            return {"other": f"a {dtype} tensor of {tensor.numel()} elements"}
-        raw = tensor.reshape(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b""
-        return {"tensor": dtype, "shape": list(tensor.shape), "data": base64.b64encode(raw).decode()}
-    if value is None or type(value) in (bool, int, float):
-        return {"value": value}
-    raise Unsupported(f"a {type(value).__name__} argument")
-
-
-def decode(data):
-    """The value ``encode`` made, checked: a malformed or oversized tensor raises ValueError."""
-    import torch
-
-    if not isinstance(data, dict):
-        raise ValueError("not an encoded value")
-    if set(data) == {"value"} and (data["value"] is None or type(data["value"]) in (bool, int, float)):
-        return data["value"]
-    if set(data) != {"tensor", "shape", "data"} or data["tensor"] not in DTYPES:
-        raise ValueError("not an encoded tensor")
-    shape = data["shape"]
-    if not (isinstance(shape, list) and len(shape) <= 16 and all(type(n) is int and 0 <= n <= MAX_ELEMENTS for n in shape)):
-        raise ValueError("a bad tensor shape")
-    count = 1
-    for n in shape:
-        count *= n
-    dtype = getattr(torch, data["tensor"])
-    if count > MAX_ELEMENTS or not isinstance(data["data"], str):
-        raise ValueError("a tensor too large")
-    raw = base64.b64decode(data["data"], validate=True)
-    if len(raw) != count * torch.empty((), dtype=dtype).element_size():
-        raise ValueError("a tensor whose bytes do not match its shape")
-    if not count:
-        return torch.empty(shape, dtype=dtype)
-    return torch.frombuffer(bytearray(raw), dtype=dtype).reshape(shape).clone()
-
-
-# ----------------------------------------------------------------------------------------
-# Student side: runs in the student's process, answers one request.
-
-
-def answer(request: dict, namespace: dict) -> dict:
-    """Apply the student's Function as asked and send back its outputs and gradients (or the error)."""
-    import torch
-
-    from autograder.student.checker.callables import graph_names
-
-    try:
-        run = _target(request, namespace)
-        if isinstance(run, str):
-            return {"error": run}
-        if request["kind"] == "saved":
-            return _answer_saved(namespace[request["target"]], [decode(a) for a in request["args"]], request["grad"],
-                                 bool(request["inplace"]))
-        args = [decode(a) for a in request["args"]]
-        leaves = [a.requires_grad_(True) if wanted else a for a, wanted in zip(args, request["grad"])]
-        call = [a.clone() if wanted and request["inplace"] else a for a, wanted in zip(leaves, request["grad"])]
-        with torch.enable_grad():
-            outputs = run(*call)
-        outputs = tuple(outputs) if isinstance(outputs, (tuple, list)) else (outputs,)
-        reply = {"error": None, "outputs": [_encode_output(o) for o in outputs], "grads": None,
-                 "returned_inputs": [next((i for i, a in enumerate(call) if o is a), None) for o in outputs],
-                 "graph": graph_names(outputs)}
-        upstream = request["upstream"]
-        if upstream is not None and len(upstream) == len(outputs):
-            used = [(o, decode(u)) for o, u in zip(outputs, upstream) if u is not None]
-            wrt = [leaf for leaf, wanted in zip(leaves, request["grad"]) if wanted]
-            kept = [u.clone() for _, u in used]
-            grads = iter(torch.autograd.grad([o for o, _ in used], wrt, [u for _, u in used], allow_unused=True))
-            reply["upstream_modified"] = any(not torch.equal(u, k) for (_, u), k in zip(used, kept))
-            reply["grads"] = [_encode_output(next(grads)) if wanted else {"value": None} for wanted in request["grad"]]
-        return reply
-    except Exception as error:  # the student's code failed: the referee says so in the test cell
-        return {"error": f"{type(error).__name__}: {str(error)[:300]}"}
-
-
-def _answer_saved(function, args: list, grad: list, inplace: bool) -> dict:
-    """What the Function saved for backward (``autograder.check_saved``'s record), as data."""
-    from autograder.student.checker.saved import saved_record
-
-    leaves = [a.requires_grad_(True) if wanted else a for a, wanted in zip(args, grad)]
-    _, saved, attributes = saved_record(function, [a * 1 if inplace and wanted else a for a, wanted in zip(leaves, grad)])
-    return {"error": None, "saved": [_encode_output(t) for t in saved], "attributes": [str(a) for a in attributes]}
-
-
-def _target(request: dict, namespace: dict):
-    """What to call for ``request``: a Function's ``apply``, a callable, or a new instance of a Module
-    class; or why there is none."""
-    import torch
-
-    name, found = request["target"], namespace.get(request["target"])
-    is_function = isinstance(found, type) and issubclass(found, torch.autograd.Function)
-    if request["kind"] in ("apply", "saved"):
-        return found.apply if is_function else f"NameError: no torch.autograd.Function named {name} in your notebook"
-    if isinstance(found, type) and issubclass(found, torch.nn.Module):
-        return found()
-    if callable(found) and not is_function and not isinstance(found, type):
-        return found
-    return f"NameError: no function or nn.Module class named {name} in your notebook"
-
-
-def _encode_output(value) -> dict:
-    try:
-        return encode(value)
-    except Unsupported:
-        return {"other": type(value).__name__}
 
 
 # ----------------------------------------------------------------------------------------
@@ -317,7 +197,11 @@ class Referee:
 
         torch.manual_seed(int.from_bytes(os.urandom(8), "little") >> 1)
         self.cells, self.ask = cells, ask
-        self.namespace = {"__name__": "__main__", "__builtins__": builtins}
+        # A real module's globals: torch.compile looks a function's module up in sys.modules by name.
+        module = types.ModuleType("autograder_referee_tests")
+        sys.modules[module.__name__] = module
+        self.namespace = module.__dict__
+        self.namespace["__builtins__"] = builtins
         self.namespace.update({name: StudentObject(name) for name in student_names})
         self.namespace.update({name: getattr(self, name) for name in JUDGES})
         self.namespace["print"] = lambda *args, **kwargs: None  # the student's process prints the cell's output
@@ -403,10 +287,11 @@ class Referee:
         self._judge(function, reference, args, rtol, atol, inplace, (), {}, backward=False)
 
     def check_callable(self, function, reference, *args, rtol: float = 1e-6, atol: float = 1e-8,
-                       uses: tuple = ()) -> None:
+                       uses: tuple = (), **options) -> None:
         """What the test's ``check_callable`` call decides: a function's (or a Module's) outputs and gradients,
-        and that its graph holds the Functions it must ``use``."""
-        self._judge(function, reference, args, rtol, atol, False, (), {}, backward=True, kind="call", uses=uses)
+        that its graph holds the Functions it must ``use``, and its results under the ``options``' transforms."""
+        self._judge(function, reference, args, rtol, atol, False, (), options, backward=not options.get("mutates"),
+                    kind="call", uses=uses)
 
     def check_saved(self, function, reference, *args, saves=None, max_saved: int | None = None,
                     inplace: bool = False, rtol: float = 1e-6, atol: float = 1e-8) -> None:
@@ -450,16 +335,56 @@ class Referee:
 
         self.pending.append((request, compare))
 
+    def check_values(self, function, reference, *args, rtol: float = 1e-9, atol: float = 0.0) -> None:
+        """What the test's ``check_values`` call decides: a plain function's result on plain data."""
+        self._judge_data(None, function, reference, args, rtol, atol)
+
+    def check_with(self, harness, function, reference, *args, rtol: float = 1e-9, atol: float = 0.0) -> None:
+        """What the test's ``check_with`` call decides: the notebook's ``harness`` run with the student's object."""
+        if not isinstance(harness, types.FunctionType) or harness.__name__ == "<lambda>":
+            raise Unsupported("check_with needs a harness the notebook's visible cells define by name")
+        self._judge_data(harness, function, reference, args, rtol, atol)
+
+    def _judge_data(self, harness, function, reference, args, rtol, atol) -> None:
+        from autograder.student.checker.harness import _copies, as_data, same_data, short, with_message
+
+        if not isinstance(function, StudentObject):
+            raise Unsupported("not a check of the student's object")
+        want = as_data(reference(*_copies(args)) if harness is None else harness(reference, *_copies(args)))
+        request = {"target": function.name, "kind": "values" if harness is None else "with",
+                   "harness": None if harness is None else harness.__name__, "args": [encode(a) for a in args],
+                   "grad": [False] * len(args), "inplace": False, "upstream": None}
+
+        def compare(reply) -> str | None:
+            if not isinstance(reply, dict):
+                return _found(function.name, "could not be checked: your notebook's process sent no answer")
+            if reply.get("error") is not None:
+                return _found(function.name, f"failed ({str(reply['error'])[:300]})")
+            try:
+                got = decode(reply["result"])
+            except (KeyError, TypeError, ValueError) as error:
+                return _found(function.name, f"could not be checked: a malformed answer ({error})")
+            if same_data(got, want, rtol, atol):
+                return None
+            if harness is not None:
+                return _found(function.name, with_message(harness.__name__, function.name, got, want), named=True)
+            return _found(function.name, f"{function.name}{tuple(short(a) for a in args)} gives {short(got)}, "
+                                         f"expected {short(want)}", named=True)
+
+        self.pending.append((request, compare))
+
     def _judge(self, function, reference, args, rtol, atol, inplace, constants, options, backward,
                kind: str = "apply", uses: tuple = ()) -> None:
         import torch
 
-        if not isinstance(function, StudentObject) or set(options) - SKIPPED_OPTIONS:
+        from autograder.student.checker.transforms import difference, draw_payload, fresh, run_transform, used_outputs
+
+        if not isinstance(function, StudentObject) or set(options) - set(TRANSFORMS) - ALLOWED:
             raise Unsupported("not a check of the student's Function")
         if any(not isinstance(c, int) for c in constants):
             raise Unsupported("constants named, not numbered")
         grad = [isinstance(a, torch.Tensor) and a.is_floating_point() and i not in constants
-                for i, a in enumerate(args)]
+                and not options.get("mutates") for i, a in enumerate(args)]
         leaves = [a.detach().to(torch.float64).clone().requires_grad_(wanted) if isinstance(a, torch.Tensor)
                   and a.is_floating_point() else a.clone() if isinstance(a, torch.Tensor) else a
                   for a, wanted in zip(args, grad)]
@@ -474,6 +399,13 @@ class Referee:
                         for e in expected]
             request["upstream"] = [None if u is None else encode(u) for u in upstream]
         words = ("forward's output", "backward's gradient") if kind == "apply" else ("output", "the gradient")
+        transforms = []  # (kind, the reference's results) for each transform asked for
+        for name in [t for t in TRANSFORMS if options.get(t)]:
+            used = used_outputs(expected)
+            payload = draw_payload(name, leaves, expected)
+            transforms.append((name, run_transform(name, reference, fresh(leaves), payload, used)))
+            request.setdefault("transforms", []).append({
+                "kind": name, "used": used, "payload": {k: [encode(v) for v in vs] for k, vs in payload.items()}})
 
         def compare(reply) -> str | None:
             problem = self._compare(leaves, grad, expected, upstream, reply, rtol, atol, words)
@@ -483,6 +415,22 @@ class Referee:
             if problem is None and inplace and (reply.get("returned_inputs") or [None])[0] is None:
                 problem = ("should return its input tensor itself, modified in place (and marked with "
                            "ctx.mark_dirty), not a new tensor")
+            for (name, want), got in zip(transforms, (reply.get("transforms") or [None] * len(transforms))
+                                         if problem is None else []):
+                if problem is not None:
+                    break
+                if not isinstance(got, dict) or (got.get("error") is None and not isinstance(got.get("results"), list)):
+                    problem = f"could not be checked {name}: your notebook's process sent no answer"
+                elif got.get("error") is not None:
+                    problem = f"failed {name} ({str(got['error'])[:300]})"
+                else:
+                    try:
+                        problem = difference(name, [decode(r) if isinstance(r, dict) and "other" not in r else r
+                                                    for r in got["results"]], want, rtol, atol)
+                    except (KeyError, TypeError, ValueError) as error:
+                        problem = f"could not be checked {name}: a malformed answer ({error})"
+            if problem is None and len(reply.get("transforms") or []) != len(transforms):  # (problem None: a dict)
+                problem = "could not be checked: your notebook's process sent the wrong number of results"
             if problem is None and uses:
                 from autograder.student.checker.callables import missing_functions, missing_message
 
@@ -513,6 +461,10 @@ class Referee:
             return f"returned {len(outputs)} outputs, the reference {len(expected)}"
         for k, (got, want) in enumerate(zip(outputs, expected)):
             if not isinstance(want, torch.Tensor):
+                from autograder.student.checker.harness import same_data, short
+
+                if not same_data(got, want, max(rtol, 1e-12), atol):
+                    return f"{words[0]} {k} is {short(got)}, expected {short(want)}"
                 continue
             if not isinstance(got, torch.Tensor):
                 return f"{words[0]} {k} is not a tensor"

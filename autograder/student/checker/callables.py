@@ -13,12 +13,15 @@ import inspect
 from autograder.student.checker.core import _compare_outputs, _upstream
 from autograder.student.checker.messages import _difference, _run_reference, _run_student, _shape
 from autograder.student.checker.references import (
-    ATOL, RTOL, _as_float64, _as_tuple, _autograd_grad, _close, _float64, _Function, _Inputs, _is_float_tensor,
+    ATOL, RTOL, _as_float64, _as_tuple, _autograd_grad, _close, _float64, _Function, _Generator, _Inputs,
+    _is_float_tensor,
     _Module, _Report, _StudentError, _Tensor, _zeros_like,
 )
 
 
-def check_callable(function, reference, *args, rtol: float = RTOL, atol: float = ATOL, uses: tuple = ()) -> None:
+def check_callable(function, reference, *args, rtol: float = RTOL, atol: float = ATOL, uses: tuple = (),
+                   vmap: bool = False, forward_ad: bool = False, double_backward: bool = False,
+                   compile: bool = False, mutates: bool = False) -> None:  # noqa: A002
     """Check a differentiable function, custom operator or ``nn.Module`` class against a torch reference.
 
     ``function(*args)`` (for a Module class, ``function()(*args)``: built with no arguments) must
@@ -27,13 +30,22 @@ def check_callable(function, reference, *args, rtol: float = RTOL, atol: float =
     Floating-point tensors in ``args`` are copied to fresh float64 leaves; other values pass through.
     A ``torch.autograd.Function`` is checked with ``check_function`` instead. ``uses`` names Functions
     (``("PolyFunction",)``) whose backward must be in the outputs' graph: the callable must use them.
+    ``vmap``, ``forward_ad``, ``double_backward`` and ``compile`` compare the results under that transform
+    with the reference's (``transforms``); ``mutates``: the function changes its arguments in place
+    (and returns None): the arguments after the call are compared, and no gradient is asked for.
     """
     name = getattr(function, "__name__", type(function).__name__)
     run = _callable(function, name)
     names = _argument_names(function, len(args))
     inputs = _Inputs(args, names, False, frozenset(), frozenset(), (), False)
     report = _Report(f"{name} does not match torch")
+    options = {"vmap": vmap, "forward_ad": forward_ad, "double_backward": double_backward, "compile": compile,
+               "mutates": mutates}
     try:
+        if mutates:
+            _compare_transforms(name, run, reference, args, ["mutates"], inputs, report, rtol, atol)
+            report.raise_if_any()
+            return
         leaves, got = _call(lambda *a: run()(*a), args, inputs)
         reference_leaves, expected = _call(lambda *a: _run_reference(reference, a), args, None)
         _compare_outputs(got, expected, report, rtol, atol, who=name)
@@ -45,9 +57,29 @@ def check_callable(function, reference, *args, rtol: float = RTOL, atol: float =
         used = [k for k, e in enumerate(expected) if isinstance(e, _Tensor) and e.requires_grad]
         if used:
             _compare_gradients(name, names, got, expected, used, leaves, reference_leaves, inputs, report, rtol, atol)
+        report.raise_if_any()
+        _compare_transforms(name, run, reference, args, [k for k, on in options.items() if on], inputs, report,
+                            rtol, atol)
     except _StudentError as err:
         report.add(err.message)
     report.raise_if_any()
+
+
+def _compare_transforms(name, run, reference, args, kinds, inputs, report, rtol, atol) -> None:
+    """The options: each transform's results for the callable against the reference's, on the same random payload."""
+    from autograder.student.checker.transforms import difference, draw_payload, fresh, run_transform, used_outputs
+
+    for kind in kinds:
+        reference_args = fresh(args)
+        expected_outputs = _as_tuple(_run_reference(reference, reference_args)) if kind != "mutates" else ()
+        used = used_outputs(expected_outputs)
+        payload = draw_payload(kind, reference_args, expected_outputs, _Generator().manual_seed(97))
+        expected = run_transform(kind, lambda *a: _run_reference(reference, a), fresh(args), payload, used)
+        got = _run_student(f"{name} {kind}", lambda: run_transform(kind, run(), fresh(args), payload, used), inputs)
+        problem = difference(kind, got, expected, rtol, atol)
+        if problem:
+            report.add(problem)
+            return
 
 
 def graph_names(outputs, limit: int = 200) -> list[str]:
