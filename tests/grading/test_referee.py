@@ -243,12 +243,11 @@ def test_a_student_who_hands_back_the_right_values_without_the_function_passes_t
 IN_PROCESS = {
     "01_first_function": set(),
     "02_saving_for_backward": set(),
-    "03_non_tensor_arguments": {"test_linear_layer", "test_linear_needs_input_grad"},
-    "04_multiple_inputs_and_outputs": {"test_premultiply_none"},
+    "03_non_tensor_arguments": set(),
+    "04_multiple_inputs_and_outputs": set(),
     "05_deriving_backward": {"test_attention", "test_layer_norm", "test_log_softmax_nll", "test_softmax"},
     "06_checking_gradients": set(),
-    "07_gpu_timing": {"test_crossover_on_dataset", "test_crossover_size", "test_gbps_and_speedups",
-                      "test_measure_devices", "test_measure_method", "test_measure_real_clock"},
+    "07_gpu_timing": set(),
     "08_torch_func": set(),
     "09_production_pytorch": set(),
 }

@@ -24,6 +24,8 @@ def answer(request: dict, namespace: dict) -> dict:
         run = _target(request, namespace)
         if isinstance(run, str):
             return {"error": run}
+        if request["kind"] == "diagnosis":
+            return _answer_diagnosis(namespace[request["target"]], request)
         if request["kind"] in ("values", "with"):
             return _answer_data(run, request, namespace)
         if request["kind"] == "saved":
@@ -52,6 +54,24 @@ def answer(request: dict, namespace: dict) -> dict:
         return reply
     except Exception as error:  # the student's code failed: the referee says so in the test cell
         return {"error": f"{type(error).__name__}: {str(error)[:300]}"}
+
+
+def _answer_diagnosis(function, request: dict) -> dict:
+    """A diagnosis record of the student's Function (``autograder.student.checker.diagnoses``), as data."""
+    from autograder.student.checker import diagnoses
+
+    args, what = [decode(a) for a in request["args"]], request["what"]
+    if what == "backward":
+        record = diagnoses.backward_record(function, args, int(request["seed"]))
+    elif what == "finite":
+        record = diagnoses.finite_record(function, args)
+    elif what == "size":
+        record = {"largest": diagnoses.largest_tensor_in_backward(function, *args)}
+    elif what == "dtype":
+        record = diagnoses.dtype_record(function, args)
+    else:
+        return {"error": f"no diagnosis {what!r}"}
+    return {"error": None, "record": encode(record)}
 
 
 def _answer_data(run, request: dict, namespace: dict) -> dict:
@@ -105,7 +125,7 @@ def _target(request: dict, namespace: dict):
     is_function = isinstance(found, type) and issubclass(found, torch.autograd.Function)
     if request["kind"] == "with" and found is not None:
         return found
-    if request["kind"] in ("apply", "saved"):
+    if request["kind"] in ("apply", "saved", "diagnosis"):
         return found.apply if is_function else f"NameError: no torch.autograd.Function named {name} in your notebook"
     if isinstance(found, type) and issubclass(found, torch.nn.Module):
         return found()
