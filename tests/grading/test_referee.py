@@ -354,3 +354,27 @@ def test_the_referee_fails_a_module_that_does_not_use_the_students_function():
         "uses=('PolyFunction',))")}]
     judged, failure = referee.Referee(cells, ["Net", "PolyFunction"], _asker(namespace)).judge_cell("t")
     assert judged == 1 and "Net's output should come from PolyFunction.apply" in failure
+
+
+FORGE_EVERY_VERDICT = ("get_ipython().run_cell = lambda *args, **kwargs: None  "
+                       "# every later cell 'passes' in this process, running nothing")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_a_notebook_that_forges_every_verdict_in_its_own_process_passes_no_test_cell(assignment, tmp_path):
+    # The blank release, with a first cell that makes every later cell pass in the student's process (no
+    # error, no output): the referee decides each test cell itself, so each fails, as the blank one does.
+    folder = ROOT / "course" / assignment
+    notebook = json.loads((folder / f"{assignment}.ipynb").read_text())
+    trusted = referee.trusted_cells(json.loads((ROOT / "solutions" / assignment / f"{assignment}.ipynb").read_text()))
+    cells = [{"cell_type": "code", "source": FORGE_EVERY_VERDICT}]
+    cells += [{"cell_type": c["cell_type"], "source": "".join(c["source"])} for c in notebook["cells"]]
+    for cell, original in zip(cells[1:], notebook["cells"]):
+        if referee.test_cell_id(original):
+            cell["grade_id"] = referee.test_cell_id(original)
+    result = execute(cells, str(tmp_path), Limits(cell_timeout=60), {}, trusted)
+    tests = {i: c["grade_id"] for i, c in enumerate(cells) if c.get("grade_id")}
+    passed = [tests[i] for i in tests if not _errors(result, cells, tests[i])]
+    assert passed == [] and len(tests) == len([c for c in trusted["cells"] if c["kind"] == "test"])
+    assert all(any("grader's own check" in e for e in _errors(result, cells, tests[i])) for i in tests)
