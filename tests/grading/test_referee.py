@@ -378,3 +378,21 @@ def test_a_notebook_that_forges_every_verdict_in_its_own_process_passes_no_test_
     passed = [tests[i] for i in tests if not _errors(result, cells, tests[i])]
     assert passed == [] and len(tests) == len([c for c in trusted["cells"] if c["kind"] == "test"])
     assert all(any("grader's own check" in e for e in _errors(result, cells, tests[i])) for i in tests)
+
+
+def test_grade_counts_the_points_decided_in_the_students_process():
+    import nbformat
+
+    from autograder.commands.grade import decided_by_whom
+    from autograder.grading.grade import points_in_process
+    from autograder.grading.records.grades import Row
+
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    tests = [i for i, c in enumerate(nb.cells) if referee.test_cell_id(c)]
+    total = sum(nb.cells[i].metadata["nbgrader"]["points"] for i in tests)
+    assert points_in_process(nb, set(tests)) == 0 and points_in_process(nb, set()) == total
+    left = nb.cells[tests[0]].metadata["nbgrader"]["points"]
+    assert points_in_process(nb, set(tests[1:])) == left
+    rows = [Row("a", "01", 5, total, points_in_process=left), Row("b", "01", 0, total, "missing")]
+    assert decided_by_whom(rows).startswith(f"{left:g} of {total:g} points decided in the student's process")
+    assert decided_by_whom(rows[:1] and [Row("a", "01", 5, total)]).startswith("every test cell's points")
