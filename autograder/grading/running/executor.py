@@ -22,13 +22,15 @@ its own kernel had run it. Untrusted code is bounded:
   the cell (status "tampering found").
 
 Student code can reach whatever decides a verdict in its own process, so a referee process that
-runs no student code (``autograder.grading.running.referee``) decides each test cell's value checks again
-(``execute(..., trusted=...)``): a test cell passes only if both agree.
+runs no student code (``autograder.grading.running.referee``) decides the test cells
+(``execute(..., trusted=...)``): it plans every cell before the notebook starts, and a cell it
+decides reaches the student's process without its hidden tests; the cell passes only if its
+visible part passed there and the referee's checks agree.
 
-Hidden tests stay hidden: an error in a cell that holds hidden tests is reported as its last
-line only (``AssertionError: ...``), never a traceback showing the test's source, and no
-cell's output shows a line of a hidden test (code that prints the test running it gets
-``<hidden test line>`` instead).
+Hidden tests stay hidden: a cell the referee decides never holds them where student code runs;
+in one it does not (no referee, or a check no judge covers), an error is reported as its last line
+only (``AssertionError: ...``), never a traceback showing the test's source, and no cell's output
+shows a line of a hidden test (code that prints the test running it gets ``<hidden test line>``).
 """
 
 from __future__ import annotations
