@@ -111,10 +111,8 @@ class Judges:
                    "inplace": bool(inplace), "upstream": None}
 
         def compare(reply) -> str | None:
-            if not isinstance(reply, dict):
-                return _found(function.name, "could not be checked: your notebook's process sent no answer")
-            if reply.get("error") is not None:
-                return _found(function.name, f"failed ({str(reply['error'])[:300]})")
+            if _unanswered(reply):
+                return _found(function.name, _unanswered(reply))
             try:
                 saved = [decode(t) for t in reply["saved"]]
                 attributes = [str(a) for a in reply["attributes"]][:20]
@@ -149,10 +147,8 @@ class Judges:
                    "grad": [False] * len(args), "inplace": False, "upstream": None}
 
         def compare(reply) -> str | None:
-            if not isinstance(reply, dict):
-                return _found(function.name, "could not be checked: your notebook's process sent no answer")
-            if reply.get("error") is not None:
-                return _found(function.name, f"failed ({str(reply['error'])[:300]})")
+            if _unanswered(reply):
+                return _found(function.name, _unanswered(reply))
             try:
                 got = decode(reply["result"])
             except (KeyError, TypeError, ValueError) as error:
@@ -201,10 +197,8 @@ class Judges:
                    "args": [encode(a) for a in args], "grad": [False] * len(args), "inplace": False, "upstream": None}
 
         def compare(reply) -> str | None:
-            if not isinstance(reply, dict):
-                return _found(function.name, "could not be checked: your notebook's process sent no answer")
-            if reply.get("error") is not None:
-                return _found(function.name, f"failed ({str(reply['error'])[:300]})")
+            if _unanswered(reply):
+                return _found(function.name, _unanswered(reply))
             try:
                 problem = judge(decode(reply["record"]))
             except (KeyError, TypeError, ValueError, IndexError, AttributeError, RuntimeError) as error:
@@ -332,6 +326,15 @@ class Judges:
                 return f"{words[1]} for input {position + 1} is wrong"
         return None
 
+
+
+def _unanswered(reply) -> str | None:
+    """Why ``reply`` holds no answer to judge (none came, or the student's code failed), or None."""
+    if not isinstance(reply, dict):
+        return "could not be checked: your notebook's process sent no answer"
+    if reply.get("error") is not None:
+        return f"failed ({str(reply['error'])[:300]})"
+    return None
 
 
 def _found(name: str, problem: str, named: bool = False) -> str:
