@@ -60,6 +60,7 @@ def run(args, course: Course) -> int:
     for r in rows:
         counts[r.status] = counts.get(r.status, 0) + 1
     print(", ".join(f"{n} {s}" for s, n in counts.items()) + f"; wrote {course.grading / GRADES_CSV}")
+    print(decided_by_whom(rows))
     reasons: dict[str, list[str]] = {}
     for r in rows:
         if r.regraded:
@@ -73,6 +74,17 @@ def run(args, course: Course) -> int:
         print(f"{reused} already graded and unchanged (tests, grader and submission): not graded again "
               "(--force grades them again)", file=sys.stderr)
     return 0
+
+
+def decided_by_whom(rows) -> str:
+    """One line for the instructor: how many points the referee decides, and how many the student's process."""
+    graded = [r for r in rows if r.status != "missing"]
+    in_process = max((r.points_in_process for r in graded), default=0.0)
+    total = max((r.max_score for r in graded), default=0.0)
+    if not in_process:
+        return f"every test cell's points ({total:g}) decided by the referee, outside the students' processes"
+    return (f"{in_process:g} of {total:g} points decided in the student's process (test cells the referee cannot "
+            f"check outside it; guarded by the tamper guard only: see the book's Guarantees page)")
 
 
 def status(row) -> str:

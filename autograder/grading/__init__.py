@@ -4,8 +4,9 @@ Three rooms, imported only downwards (``running`` <- ``records`` <- ``results`` 
 
 - ``running``: running a student's notebook safely: ``sandbox``, ``confinement`` (limits, the
   sandbox mode), ``executor`` (a fresh process per notebook, forked from the ``warm`` one) with
-  its ``child`` and message ``protocol``, the ``referee`` (and ``referee_process``) that re-decides
-  test cells where student code cannot reach, the ``tamper`` guard, ``kernel`` (set-up of every
+  its ``child`` and message ``protocol``, the ``referee`` (its ``judges``, the student's side
+  ``answer``, values on the ``wire``, and ``referee_process``) that decides test cells where student
+  code cannot reach, the ``tamper`` guard, ``kernel`` (set-up of every
   grading kernel) and ``restore`` (tests put back);
 - ``records``: the class's records: ``roster``, ``collect`` and ``lms`` (downloads in),
   ``submissions`` (a submitted file read safely), ``deadlines``, ``grades`` (grades.csv),

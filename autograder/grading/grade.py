@@ -253,7 +253,7 @@ class _Grader:
             self.regrade_reasons[student] = reason
             return None
         row = Row(student, self.assignment, 0.0, self.max_score, saved["status"], saved.get("detail", ""),
-                  reused=True)
+                  reused=True, points_in_process=float(saved.get("points_in_process", 0.0)))
         return row if self._read_score(row) else None
 
     def _graded_with(self, student: str) -> dict[str, str]:
@@ -307,7 +307,7 @@ class _Grader:
                 worsen(row, "invalid notebook", problem)
                 write_problem_notebook(staging / f"{notebook_id}.ipynb", problem)
                 continue
-            nbformat.write(nb, staging / f"{notebook_id}.ipynb")
+            # Not written into staging/ (the notebook's working folder) until graded: it holds the hidden tests.
             self.sanitized[student, notebook_id] = nb
             env = {"NBGRADER_EXECUTION": "autograde", "MPLBACKEND": "module://matplotlib_inline.backend_inline"}
             # Plain dicts of what the worker needs: unpickling nbformat's classes would import nbformat there.
@@ -376,6 +376,7 @@ class _Grader:
             nb, resources = kind(config=self.config)(nb, resources)
         nbformat.write(nb, path)
         row, left = self.pending[task.student_id]
+        row.points_in_process += points_in_process(nb, execution.decided)
         if execution.status != "graded":
             where = _cell_name(nb, execution.cell)
             worsen(row, execution.status, f"{task.notebook_id}, {where}"
@@ -391,7 +392,7 @@ class _Grader:
         staging = self.staging / student / self.assignment
         (staging / MARKER).write_text(json.dumps({
             "fingerprint": self._fingerprint(student), "graded_with": self._graded_with(student),
-            "status": row.status, "detail": row.detail}))
+            "status": row.status, "detail": row.detail, "points_in_process": row.points_in_process}))
         final = self.autograded / student / self.assignment
         final.parent.mkdir(parents=True, exist_ok=True)
         old = final.with_name(f".{self.assignment}.old")
@@ -403,6 +404,13 @@ class _Grader:
         shutil.rmtree(self.staging / student, ignore_errors=True)
         self._read_score(row)
         return row
+
+
+def points_in_process(nb, decided: set[int]) -> float:
+    """Points of the notebook's test cells the referee did not decide: their verdict came from the student's
+    own process alone (where its code can reach the grader's objects), guarded only by the tamper guard."""
+    return sum(float(c.metadata["nbgrader"].get("points") or 0) for i, c in enumerate(nb.cells)
+               if c.cell_type == "code" and referee.test_cell_id(c) and i not in decided)
 
 
 def _cell_name(nb, index: int | None) -> str:

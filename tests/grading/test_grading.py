@@ -80,6 +80,7 @@ def test_demo_grades_match_plain_nbgrader_scores(demo):
             assert row["status"] == "graded", student
     assert all(rows[s]["late"] == "" for s in EXPECTED["extended"])  # late, but within the extension
     assert "8 graded, 1 invalid notebook, 1 missing" in run.stdout
+    assert f"every test cell's points ({EXPECTED['max_score']:g}) decided by the referee" in run.stdout
     assert "10 students added" in run.stdout
     assert "due 2026-03-16 23:59 UTC" in run.stdout and "dana +2 days" in run.stdout
 

@@ -34,6 +34,7 @@ from pathlib import Path
 
 import pytest
 
+import autograder as autograder_package
 from autograder.course import Course
 from autograder.grading.running import sandbox
 from autograder.grading.running.protocol import NOTEBOOK_OUTPUT_CHARS
@@ -45,7 +46,7 @@ from test_robustness import (ASSIGNMENT, FORGOT_GRAD_OUTPUT, MAX_SCORE, NOTEBOOK
 pytestmark = pytest.mark.slow
 
 SECRET = "s3cr3t-" + "9f2c71d04e"               # in the grading process's environment only
-PACKAGE = Path(sandbox.__file__).resolve().parent.parent   # the course's own code (autograder/)
+PACKAGE = Path(autograder_package.__file__).resolve().parent   # the course's own code (autograder/)
 PLANTED = PACKAGE / "hostile_was_here.py"       # what an attack would add to it
 
 
@@ -147,6 +148,44 @@ class Evil:
 pipe = [o for o in gc.get_objects() if isinstance(o, multiprocessing.connection.Connection) and o.writable][0]
 pipe.send(Evil())
 """,
+        # Issue 28: a Function that reads whatever runs it (every frame's source, linecache, In/Out,
+        # sys.modules' sources) and prints it base64-encoded, past the grader's filter of hidden lines.
+        "dumps_what_runs_it": """
+import base64, inspect, linecache, sys
+
+def _dump(where):
+    found = []
+    for frame in inspect.stack():
+        found.append(frame.filename)
+        try:
+            found.append(inspect.getsource(frame.frame))
+        except (OSError, TypeError):
+            pass
+    found += ['\\n'.join(lines) for _, _, lines, _ in list(linecache.cache.values()) if isinstance(lines, list)]
+    shell = get_ipython()
+    found += [repr(shell.user_ns.get('In')), repr(shell.user_ns.get('Out')), repr(shell.history_manager.input_hist_raw)]
+    for module in list(sys.modules.values()):
+        for value in list(vars(module).values())[:500]:
+            if isinstance(value, str) and len(value) > 12:
+                found.append(value)
+    # What a test would look like, not printed before: small enough to pass the output limit whole.
+    lines = {line.strip() for text in found for line in str(text).splitlines()
+             if ('check_' in line or 'assert' in line) and len(line) < 300} - _printed
+    _printed.update(lines)
+    print(where, base64.b64encode('\\n'.join(sorted(lines)).encode()).decode())
+
+_printed = set()
+
+_forward, _backward = Cube.forward, Cube.backward
+def _dumping_forward(ctx, x):
+    _dump('forward')
+    return _forward(ctx, x)
+def _dumping_backward(ctx, g):
+    _dump('backward')
+    return _backward(ctx, g)
+Cube.forward, Cube.backward = staticmethod(_dumping_forward), staticmethod(_dumping_backward)
+get_ipython().events.register('post_run_cell', lambda result: _dump('after a cell'))
+""",
         "writes_a_huge_file": """
 chunk = b'x' * 1024**2
 try:
@@ -196,7 +235,7 @@ EXERCISE = {"reads_secrets": "cube", "writes_everything": "sqrt", "leaves_proces
             "kills_everyone": "sqrt", "fork_bomb": "cube", "uses_the_network": "sqrt",
             "pickles_into_the_pipe": "cube", "writes_a_huge_file": "sqrt",
             "forges_pipe_messages": "cube", "replaces_run_cell": "cube", "replaces_error_hook": "cube",
-            "drops_asserts": "cube"}
+            "drops_asserts": "cube", "dumps_what_runs_it": "cube"}
 UNTAMPERED = {"cube": "wrong_cube", "sqrt": "forgot_grad_output"}
 HTML_ATTACK_MARKDOWN = ("<script>alert('x-md')</script> <img src=x onerror=\"alert('x-img')\"> "
                         "[link](javascript:alert('x-link')) <iframe src='javascript:alert(\"x-frame\")'></iframe>")
@@ -378,6 +417,10 @@ def test_no_secret_or_hidden_test_reaches_what_students_see(run):
         leaked = [line for line in hidden if line in seen]
         assert not leaked, (student, leaked[:2])
     assert run.connections == []
+    # The dump did run, in test cells and in the referee's requests, and read what it could: the visible tests.
+    dumped = decoded(run.outputs("dumps_what_runs_it"))
+    assert "after a cell" in dumped and "backward" in dumped
+    assert "check_function(Cube, lambda x: x ** 3" in dumped
 
 
 def test_a_pickle_sent_to_the_grader_is_not_unpickled(run):

@@ -29,6 +29,8 @@ class Row:
     regraded: str = field(default="", compare=False)  # why an earlier grade was replaced, if one was
     late: str = ""         # how late after the due date (and extension), e.g. "1 day 2 h"; "" when on time
     penalty: float = 0.0   # points taken for lateness (score is after the penalty)
+    # Points of test cells decided in the student's own process, not by the referee (which its code can reach)
+    points_in_process: float = field(default=0.0, compare=False)
 
 
 def worsen(row: Row, status: str, detail: str) -> None:

@@ -49,7 +49,8 @@ def child_main(cells, cwd, limits: Limits, env, connection, judged: bool = False
             source = "".join(source) if isinstance(source, list) else source
             send(connection, ["start", index])
             limit = min(limits.after_timeout, limits.cell_timeout) if timed_out else limits.cell_timeout
-            recorder.begin(hidden=HIDDEN_TESTS_MARKER in source, limit=limit, memory=limits.memory)
+            recorder.begin(hidden=cell.get("hidden", False) or HIDDEN_TESTS_MARKER in source, limit=limit,
+                           memory=limits.memory)
             signal.setitimer(signal.ITIMER_REAL, limit)
             outcome = None
             try:
@@ -85,7 +86,7 @@ def child_main(cells, cwd, limits: Limits, env, connection, judged: bool = False
 
 def answer_referee(connection, shell, limits: Limits) -> None:
     """Answer the referee's questions about this notebook's Functions until told to go on."""
-    from autograder.grading.running import referee
+    from autograder.grading.running import answer
 
     while True:
         message = json.loads(connection.recv_bytes())
@@ -98,7 +99,7 @@ def answer_referee(connection, shell, limits: Limits) -> None:
                 continue
             signal.setitimer(signal.ITIMER_REAL, limit)
             try:
-                replies.append(referee.answer(request, shell.user_ns))
+                replies.append(answer.answer(request, shell.user_ns))
             except CellTimeout:
                 replies.append({"error": f"TimeoutError: timed out after {limit:g} s"})
             except BaseException as error:  # KeyboardInterrupt, SystemExit from student code: its error, as in a cell

@@ -22,13 +22,15 @@ its own kernel had run it. Untrusted code is bounded:
   the cell (status "tampering found").
 
 Student code can reach whatever decides a verdict in its own process, so a referee process that
-runs no student code (``autograder.grading.running.referee``) decides each test cell's value checks again
-(``execute(..., trusted=...)``): a test cell passes only if both agree.
+runs no student code (``autograder.grading.running.referee``) decides the test cells
+(``execute(..., trusted=...)``): it plans every cell before the notebook starts, and a cell it
+decides reaches the student's process without its hidden tests; the cell passes only if its
+visible part passed there and the referee's checks agree.
 
-Hidden tests stay hidden: an error in a cell that holds hidden tests is reported as its last
-line only (``AssertionError: ...``), never a traceback showing the test's source, and no
-cell's output shows a line of a hidden test (code that prints the test running it gets
-``<hidden test line>`` instead).
+Hidden tests stay hidden: a cell the referee decides never holds them where student code runs;
+in one it does not (no referee, or a check no judge covers), an error is reported as its last line
+only (``AssertionError: ...``), never a traceback showing the test's source, and no cell's output
+shows a line of a hidden test (code that prints the test running it gets ``<hidden test line>``).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from dataclasses import dataclass, field
 from autograder.grading.running.child import child_main
 from autograder.grading.running.confinement import Limits, confine
 from autograder.grading.running.protocol import Messages, ProtocolError, error_output, tell
+from autograder.grading.running.referee import HIDDEN_BEGIN, visible_source
 from autograder.grading.running.referee_process import RefereeProcess
 
 
@@ -57,6 +60,7 @@ class Execution:
     detail: str = ""                # what happened there, in a few words
     seconds: float = 0.0
     judged: dict[int, int] = field(default_factory=dict)  # test cell index -> checks the referee decided
+    decided: set[int] = field(default_factory=set)  # test cells the referee decides: their hidden tests ran there only
 
 
 # ----------------------------------------------------------------------------------------
@@ -75,7 +79,8 @@ def _context():
     context = multiprocessing.get_context("forkserver")
     # sandbox too: its libseccomp lookup (pyseccomp, ~6 ms) is then paid once, not by every notebook.
     context.set_forkserver_preload(["autograder.grading.running.warm", "autograder.grading.running.sandbox",
-                                    "autograder.grading.running.referee", "autograder.grading.running.child",
+                                    "autograder.grading.running.referee", "autograder.grading.running.answer",
+                                    "autograder.grading.running.child",
                                     "autograder.grading.running.referee_process"])
     from multiprocessing import forkserver
 
@@ -117,7 +122,10 @@ def execute(cells: list[dict], cwd: str, limits: Limits = Limits(),
     receive, send = context.Pipe(duplex=True)
     judged = trusted is not None and any(c.get("grade_id") for c in cells)
     referee = RefereeProcess.for_notebook(context, trusted, limits) if judged else None
-    child = context.Process(target=child_main, args=(cells, cwd, limits, env or {}, send, judged),
+    decided = referee.decided_cells() if referee is not None else set()
+    result.decided = {i for i, c in enumerate(cells) if c.get("grade_id") in decided}
+    child = context.Process(target=child_main, args=(_for_the_student(cells, decided), cwd, limits, env or {}, send,
+                                                     judged),
                             name="autograder-notebook", daemon=True)
     child.start()
     send.close()
@@ -215,6 +223,17 @@ def execute(cells: list[dict], cwd: str, limits: Limits = Limits(),
                     f"{': ' + result.detail if result.detail else ''})")]
     result.seconds = time.monotonic() - started
     return result
+
+
+def _for_the_student(cells: list[dict], decided: set[str]) -> list[dict]:
+    """The cells as the student's process gets them: a test cell the referee decides loses its hidden
+    tests (it keeps a ``hidden`` flag, so its errors are still shown as their last line only)."""
+    def text(cell: dict) -> str:
+        source = cell.get("source", "")
+        return "".join(source) if isinstance(source, list) else source
+
+    return [dict(cell, source=visible_source(text(cell)), hidden=True) if cell.get("grade_id") in decided
+            and HIDDEN_BEGIN in text(cell) else cell for cell in cells]
 
 
 def _append(result: Execution, index: int, output: dict) -> None:

@@ -1,182 +1,72 @@
-"""The referee: re-decides a notebook's value checks in a process that never runs student code.
+"""The referee: decides a notebook's test cells in a process that never runs student code.
 
-A test cell runs in the student's own process, so student code can reach whatever decides its
-verdict there (IPython's shell, the output recorder, the pipe to the grader) and forge it. The
-referee is a second process, forked from the same warm process and sandboxed the same way, that
-holds the instructor's copy of the tests and never executes a line the student wrote. After a
-test cell has run in the student's process, the referee runs that cell again itself:
+A test cell run in the student's own process can be forged by student code (it reaches IPython's
+shell, the output recorder, the pipe to the grader), and the hidden tests it runs can be read by the
+Function they call (linecache, ``In``, the caller's frame). The referee is a second process, forked
+from the same warm process and sandboxed the same way, that holds the instructor's copy of the
+tests and never executes a line the student wrote:
 
-- every name the solution cells define (``Cube``, ``Net``) is a ``StudentObject``: a name only,
-  which the referee cannot call or inspect; a statement that needs one is skipped, and every name
-  it assigns, and every tensor or container it uses, becomes ``UNAVAILABLE``;
-- ``check_function(F, reference, *args)`` and ``check_forward(...)`` on a student's Function, and
-  ``check_callable(f, reference, *args)`` on a student's function or Module class, are decided by
-  the referee itself: the referee computes the reference itself, in float64, on the
-  cell's own inputs (drawn from the referee's random generator, seeded from ``os.urandom``, so a
-  recorded answer is useless) and fresh random upstream gradients, and asks the student's process
-  only "apply F (or call f) on these tensors; backward with these upstream gradients; send the
-  tensors back" (``answer``). The student's reply is plain data (JSON with tensors as base64 bytes), checked
-  before use. A wrong value, an error, or no reply fails the test cell, whatever the student's
-  process reported for it.
+- before the notebook runs, it runs every test cell once (``Referee.plan``): every name the
+  solution cells define (``Cube``, ``Net``) is a ``StudentObject`` it may only pass to a judge
+  (``autograder.grading.running.judges``: ``check_function``, ``check_saved``, ``check_with``, ...).
+  A judge computes what is right itself, on the referee's own random inputs (seeded from
+  ``os.urandom``, so a recorded answer is useless), and queues a request to the student's process
+  as plain data ("apply F on these tensors, backward with these upstream gradients, send the
+  results back": ``autograder.grading.running.answer``);
+- a test cell whose hidden tests it runs entirely (judges, and asserts on its own values) is
+  *decided* by the referee: the student's process gets that cell without its hidden tests, so no
+  code of the student's ever sees them; after running the visible part, it answers the referee's
+  requests, and the cell passes only if the visible part passed there and every judge agrees here;
+- a cell whose hidden tests need the student's objects in a way no judge covers runs whole in the
+  student's process, as before, and ``grade`` counts its points as decided there.
 
-What the referee cannot judge stays with the student's process: assertions about what a Function
-saved, graph node names, in-place identity, modules, plain functions. And a student who knows the
-right values can still hand them back without writing the Function (README, threat model).
+The student's process can still lie in its replies: a lie must match what the referee computes on
+inputs it cannot predict, which needs the answer (README and the book's Guarantees page).
 """
 
 from __future__ import annotations
 
 import ast
-import base64
 import builtins
 import os
+import sys
 import types
+from dataclasses import dataclass
 
-DTYPES = ("float16", "bfloat16", "float32", "float64", "uint8", "int8", "int16", "int32", "int64", "bool")
-MAX_ELEMENTS = 4_000_000        # per tensor a student's process may send back
-JUDGES = ("check_function", "check_forward", "check_callable")
-SKIPPED_OPTIONS = {"vmap", "forward_ad", "double_backward", "compile", "autograd_in_backward"}  # judged in-process only
+from autograder.grading.running.judges import JUDGES, UNAVAILABLE, Judges, StudentObject, _Unavailable
 
-
-class Unsupported(Exception):
-    """A statement the referee cannot run without the student's objects: it is skipped."""
+HIDDEN_BEGIN = "### BEGIN " "HIDDEN TESTS"  # in two parts: no file shipped to students holds the marker itself
+HIDDEN_END = "### END " "HIDDEN TESTS"
 
 
-class StudentObject:
-    """A name defined by the student's solution cells: the referee may pass it to a judge, nothing else."""
-
-    __slots__ = ("name",)
-
-    def __init__(self, name: str) -> None:
-        object.__setattr__(self, "name", name)
-
-    def __getattr__(self, attribute):
-        raise Unsupported(f"{self.name}.{attribute} lives in the student's process")
-
-    def __call__(self, *args, **kwargs):
-        raise Unsupported(f"{self.name}() runs student code")
-
-    def __repr__(self) -> str:
-        return f"<the student's {self.name}>"
+def hidden_chunks(source: str) -> list[tuple[bool, str]]:
+    """A test cell's source cut at nbgrader's hidden-test markers: (hidden?, text) in order, markers dropped."""
+    chunks, lines, hidden = [], [], False
+    for line in source.splitlines(keepends=True):
+        if HIDDEN_BEGIN in line or HIDDEN_END in line:
+            chunks.append((hidden, "".join(lines)))
+            lines, hidden = [], HIDDEN_BEGIN in line
+            continue
+        lines.append(line)
+    chunks.append((hidden, "".join(lines)))
+    return [(h, text) for h, text in chunks if text.strip()]
 
 
-class _Unavailable:
-    """A value the referee could not compute (its statement was skipped): any use skips the statement."""
-
-    def __getattr__(self, attribute):
-        raise Unsupported("a value the referee could not compute")
-
-    def __call__(self, *args, **kwargs):
-        raise Unsupported("a value the referee could not compute")
-
-    def __bool__(self):
-        raise Unsupported("a value the referee could not compute")
-
-    def __iter__(self):
-        raise Unsupported("a value the referee could not compute")
+def visible_source(source: str) -> str:
+    """What the student's process runs of a test cell the referee decides: the cell without its hidden tests."""
+    return "".join(text for hidden, text in hidden_chunks(source) if not hidden)
 
 
-UNAVAILABLE = _Unavailable()
+@dataclass
+class Plan:
+    """One test cell, run by the referee before the student's notebook: its checks, and whether it decides the cell."""
+
+    pending: list          # (request to the student's process, what judges the reply)
+    failure: str | None    # a hidden assert that failed on the referee's own values
+    decided: bool          # every hidden statement ran here: the student's process never sees them
+    undecidable: list      # else the hidden statements it could not run, with why (for the instructor)
 
 
-# ----------------------------------------------------------------------------------------
-# Tensors on the wire (both sides)
-
-
-def encode(value):
-    """A tensor or a JSON scalar as plain data; anything else raises Unsupported."""
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        tensor = value.detach().cpu().contiguous()
-        dtype = str(tensor.dtype).removeprefix("torch.")
-        if dtype not in DTYPES or tensor.numel() > MAX_ELEMENTS or tensor.is_sparse or tensor.is_quantized:
-            return {"other": f"a {dtype} tensor of {tensor.numel()} elements"}
-        raw = tensor.reshape(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b""
-        return {"tensor": dtype, "shape": list(tensor.shape), "data": base64.b64encode(raw).decode()}
-    if value is None or type(value) in (bool, int, float):
-        return {"value": value}
-    raise Unsupported(f"a {type(value).__name__} argument")
-
-
-def decode(data):
-    """The value ``encode`` made, checked: a malformed or oversized tensor raises ValueError."""
-    import torch
-
-    if not isinstance(data, dict):
-        raise ValueError("not an encoded value")
-    if set(data) == {"value"} and (data["value"] is None or type(data["value"]) in (bool, int, float)):
-        return data["value"]
-    if set(data) != {"tensor", "shape", "data"} or data["tensor"] not in DTYPES:
-        raise ValueError("not an encoded tensor")
-    shape = data["shape"]
-    if not (isinstance(shape, list) and len(shape) <= 16 and all(type(n) is int and 0 <= n <= MAX_ELEMENTS for n in shape)):
-        raise ValueError("a bad tensor shape")
-    count = 1
-    for n in shape:
-        count *= n
-    dtype = getattr(torch, data["tensor"])
-    if count > MAX_ELEMENTS or not isinstance(data["data"], str):
-        raise ValueError("a tensor too large")
-    raw = base64.b64decode(data["data"], validate=True)
-    if len(raw) != count * torch.empty((), dtype=dtype).element_size():
-        raise ValueError("a tensor whose bytes do not match its shape")
-    if not count:
-        return torch.empty(shape, dtype=dtype)
-    return torch.frombuffer(bytearray(raw), dtype=dtype).reshape(shape).clone()
-
-
-# ----------------------------------------------------------------------------------------
-# Student side: runs in the student's process, answers one request.
-
-
-def answer(request: dict, namespace: dict) -> dict:
-    """Apply the student's Function as asked and send back its outputs and gradients (or the error)."""
-    import torch
-
-    try:
-        run = _target(request, namespace)
-        if isinstance(run, str):
-            return {"error": run}
-        args = [decode(a) for a in request["args"]]
-        leaves = [a.requires_grad_(True) if wanted else a for a, wanted in zip(args, request["grad"])]
-        call = [a.clone() if wanted and request["inplace"] else a for a, wanted in zip(leaves, request["grad"])]
-        with torch.enable_grad():
-            outputs = run(*call)
-        outputs = tuple(outputs) if isinstance(outputs, (tuple, list)) else (outputs,)
-        reply = {"error": None, "outputs": [_encode_output(o) for o in outputs], "grads": None}
-        upstream = request["upstream"]
-        if upstream is not None and len(upstream) == len(outputs):
-            used = [(o, decode(u)) for o, u in zip(outputs, upstream) if u is not None]
-            wrt = [leaf for leaf, wanted in zip(leaves, request["grad"]) if wanted]
-            grads = iter(torch.autograd.grad([o for o, _ in used], wrt, [u for _, u in used], allow_unused=True))
-            reply["grads"] = [_encode_output(next(grads)) if wanted else {"value": None} for wanted in request["grad"]]
-        return reply
-    except Exception as error:  # the student's code failed: the referee says so in the test cell
-        return {"error": f"{type(error).__name__}: {str(error)[:300]}"}
-
-
-def _target(request: dict, namespace: dict):
-    """What to call for ``request``: a Function's ``apply``, a callable, or a new instance of a Module
-    class; or why there is none."""
-    import torch
-
-    name, found = request["target"], namespace.get(request["target"])
-    is_function = isinstance(found, type) and issubclass(found, torch.autograd.Function)
-    if request["kind"] == "apply":
-        return found.apply if is_function else f"NameError: no torch.autograd.Function named {name} in your notebook"
-    if isinstance(found, type) and issubclass(found, torch.nn.Module):
-        return found()
-    if callable(found) and not is_function and not isinstance(found, type):
-        return found
-    return f"NameError: no function or nn.Module class named {name} in your notebook"
-
-
-def _encode_output(value) -> dict:
-    try:
-        return encode(value)
-    except Unsupported:
-        return {"other": type(value).__name__}
 
 
 # ----------------------------------------------------------------------------------------
@@ -240,51 +130,88 @@ def _loaded_names(node: ast.AST) -> list[str]:
     return [n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)]
 
 
-class Referee:
+class Referee(Judges):
     """One notebook's tests, run again with the student's objects out of reach.
 
     ``cells`` are the instructor's code cells in notebook order, each ``{"kind": "given" | "test",
     "grade_id": ..., "source": ...}``; ``ask(requests) -> replies`` reaches the student's process.
-    A test cell's checks are collected while its statements run (their inputs never depend on the
-    student's answers) and sent in one batch: one round trip per cell, not per check.
+
+    ``plan()`` runs every cell once, before the student's notebook runs: a test cell's checks are
+    collected with their expected results (their inputs never depend on the student's answers), to
+    be sent in one batch when the student's process reaches the cell (``judge_cell``). A cell whose
+    hidden tests the referee runs entirely (every hidden statement: judges, asserts on its own values)
+    is *decided* here: the student's process then runs only its visible part and never sees a hidden line.
     """
 
     def __init__(self, cells: list[dict], student_names: list[str], ask) -> None:
         import torch
 
         torch.manual_seed(int.from_bytes(os.urandom(8), "little") >> 1)
-        self.cells, self.ask, self.next_given = cells, ask, 0
-        self.namespace = {"__name__": "__main__", "__builtins__": builtins}
+        self.cells, self.ask = cells, ask
+        # A real module's globals: torch.compile looks a function's module up in sys.modules by name.
+        module = types.ModuleType("autograder_referee_tests")
+        sys.modules[module.__name__] = module
+        self.namespace = module.__dict__
+        self.namespace["__builtins__"] = builtins
         self.namespace.update({name: StudentObject(name) for name in student_names})
         self.namespace.update({name: getattr(self, name) for name in JUDGES})
-        self.pending: list[tuple[dict, object]] = []  # this cell's checks: (request, what judges its reply)
+        self.namespace["print"] = lambda *args, **kwargs: None  # the student's process prints the cell's output
+        self.pending: list[tuple[dict, object]] = []  # the cell being planned: (request, what judges its reply)
+        self.plans: dict[str, Plan] | None = None
+
+    def plan(self) -> list[str]:
+        """Run every cell once now; return the test cells the referee decides (their hidden tests run here only)."""
+        if self.plans is None:
+            self.plans = {}
+            for cell in self.cells:
+                if cell["kind"] == "given":
+                    self._run(cell["source"], definitions_only=True)
+                else:
+                    self.plans[cell["grade_id"]] = self._plan_test(cell["source"])
+        return [grade_id for grade_id, plan in self.plans.items() if plan.decided]
 
     def judge_cell(self, grade_id: str) -> tuple[int, str | None]:
-        """Run the test ``grade_id``; return (how many checks the referee decided, the first failure or None)."""
-        position = next((i for i, c in enumerate(self.cells) if c["kind"] == "test" and c["grade_id"] == grade_id), None)
-        if position is None:
+        """Test ``grade_id``'s planned checks, asked now: (how many the referee decided, the first failure or None)."""
+        self.plan()
+        plan = self.plans.get(grade_id)
+        if plan is None:
             return 0, None
-        for cell in self.cells[self.next_given:position]:
-            if cell["kind"] == "given":
-                self._run(cell["source"], definitions_only=True)
-        self.next_given = max(self.next_given, position)
-        self.pending = []
-        self._run(self.cells[position]["source"], definitions_only=False)
-        if not self.pending:
-            return 0, None
-        replies = self.ask([request for request, _ in self.pending])
-        if not (isinstance(replies, list) and len(replies) == len(self.pending)):
-            replies = [None] * len(self.pending)
-        failures = [problem for (_, compare), reply in zip(self.pending, replies) for problem in [compare(reply)]
+        if not plan.pending:
+            return 0, plan.failure
+        replies = self.ask([request for request, _ in plan.pending])
+        if not (isinstance(replies, list) and len(replies) == len(plan.pending)):
+            replies = [None] * len(plan.pending)
+        failures = [problem for (_, compare), reply in zip(plan.pending, replies) for problem in [compare(reply)]
                     if problem]
-        return len(self.pending), (failures[0] if failures else None)
+        return len(plan.pending), plan.failure or (failures[0] if failures else None)
+
+    def _plan_test(self, source: str) -> "Plan":
+        """Run one test cell: its visible part as far as it can, its hidden part entirely (or not decided)."""
+        self.pending, failure, hidden_ran, undecidable = [], None, False, []
+        for hidden, chunk in hidden_chunks(source):
+            if not hidden:
+                self._run(chunk, definitions_only=False)
+                continue
+            hidden_ran = True
+            for statement in _statements(chunk) if failure is None else []:
+                try:
+                    exec(compile(ast.Module([statement], []), "<hidden test>", "exec"), self.namespace)
+                except AssertionError as error:  # a hidden assert on the referee's own values
+                    failure = str(error) or "a hidden test failed"
+                except BaseException as error:  # noqa: BLE001 (needs the student's objects: their process must run it)
+                    undecidable.append(f"line {statement.lineno}: {ast.unparse(statement).splitlines()[0][:100]} "
+                                       f"({type(error).__name__}: {str(error)[:100]})")
+                    self._make_unavailable(statement)
+                for name in JUDGES:
+                    self.namespace[name] = getattr(self, name)
+        return Plan(self.pending, failure, hidden_ran and not undecidable and bool(self.pending), undecidable)
 
     def _run(self, source: str, definitions_only: bool) -> None:
         for statement in _statements(source):
             if definitions_only and not _is_definition(statement):
                 continue
             if isinstance(statement, ast.Assert):
-                continue  # asserts about the student's objects are the student's process's to decide
+                continue  # visible asserts about the student's objects are the student's process's to decide
             try:
                 exec(compile(ast.Module([statement], []), "<test>", "exec"), self.namespace)
             except BaseException:  # noqa: BLE001 (any failure here only means: not decidable outside)
@@ -300,97 +227,6 @@ class Referee:
             if not _kept(self.namespace.get(name)):
                 self.namespace[name] = UNAVAILABLE
 
-    def check_function(self, function, reference, *args, rtol: float = 1e-6, atol: float = 1e-8,
-                       inplace: bool = False, constants: tuple = (), **options) -> None:
-        """What the test's ``check_function`` call decides from values: outputs and gradients."""
-        self._judge(function, reference, args, rtol, atol, inplace, constants, options, backward=True)
-
-    def check_forward(self, function, reference, *args, rtol: float = 1e-6, atol: float = 1e-8,
-                      inplace: bool = False) -> None:
-        """What the test's ``check_forward`` call decides: forward's outputs."""
-        self._judge(function, reference, args, rtol, atol, inplace, (), {}, backward=False)
-
-    def check_callable(self, function, reference, *args, rtol: float = 1e-6, atol: float = 1e-8) -> None:
-        """What the test's ``check_callable`` call decides: a function's (or a Module's) outputs and gradients."""
-        self._judge(function, reference, args, rtol, atol, False, (), {}, backward=True, kind="call")
-
-    def _judge(self, function, reference, args, rtol, atol, inplace, constants, options, backward,
-               kind: str = "apply") -> None:
-        import torch
-
-        if not isinstance(function, StudentObject) or set(options) - SKIPPED_OPTIONS:
-            raise Unsupported("not a check of the student's Function")
-        if any(not isinstance(c, int) for c in constants):
-            raise Unsupported("constants named, not numbered")
-        grad = [isinstance(a, torch.Tensor) and a.is_floating_point() and i not in constants
-                for i, a in enumerate(args)]
-        leaves = [a.detach().to(torch.float64).clone().requires_grad_(wanted) if isinstance(a, torch.Tensor)
-                  and a.is_floating_point() else a.clone() if isinstance(a, torch.Tensor) else a
-                  for a, wanted in zip(args, grad)]
-        request = {"target": function.name, "kind": kind, "args": [encode(a) for a in leaves], "grad": grad,
-                   "inplace": bool(inplace), "upstream": None}
-        with torch.enable_grad():
-            expected = reference(*[a.clone() if w and inplace else a for a, w in zip(leaves, grad)])
-        expected = tuple(expected) if isinstance(expected, (tuple, list)) else (expected,)
-        upstream = []
-        if backward:
-            upstream = [torch.randn_like(e) if isinstance(e, torch.Tensor) and e.requires_grad else None
-                        for e in expected]
-            request["upstream"] = [None if u is None else encode(u) for u in upstream]
-        words = ("forward's output", "backward's gradient") if kind == "apply" else ("output", "the gradient")
-
-        def compare(reply) -> str | None:
-            problem = self._compare(leaves, grad, expected, upstream, reply, rtol, atol, words)
-            return problem and (f"{function.name}: {problem} (found by the grader's own check, which repeats this "
-                                f"cell's checks outside your notebook's process, on new random inputs)")
-
-        self.pending.append((request, compare))
-
-    @staticmethod
-    def _compare(leaves, grad, expected, upstream, reply, rtol, atol, words) -> str | None:
-        """What is wrong with the student's reply, or None when outputs (and gradients) match."""
-        import torch
-
-        from autograder.student.checker.references import _close
-
-        if not isinstance(reply, dict):
-            return "could not be checked: your notebook's process sent no answer"
-        if reply.get("error") is not None:
-            return f"failed ({str(reply['error'])[:300]})"
-        try:
-            outputs = [decode(o) if isinstance(o, dict) and "other" not in o else o for o in reply["outputs"]]
-        except (KeyError, TypeError, ValueError) as error:
-            return f"could not be checked: your notebook's process sent a malformed answer ({error})"
-        if len(outputs) != len(expected):
-            return f"returned {len(outputs)} outputs, the reference {len(expected)}"
-        for k, (got, want) in enumerate(zip(outputs, expected)):
-            if not isinstance(want, torch.Tensor):
-                continue
-            if not isinstance(got, torch.Tensor):
-                return f"{words[0]} {k} is not a tensor"
-            if got.shape != want.shape or got.dtype != want.dtype:
-                return (f"{words[0]} {k} has shape {list(got.shape)} and dtype {got.dtype}, expected "
-                        f"{list(want.shape)} and {want.dtype}")
-            if not (_close(got, want, rtol, atol) if want.is_floating_point() else torch.equal(got, want)):
-                return f"{words[0]} {k} is wrong"
-        if not any(u is not None for u in upstream):
-            return None
-        used = [(e, u) for e, u in zip(expected, upstream) if u is not None]
-        wrt = [leaf for leaf, wanted in zip(leaves, grad) if wanted]
-        right = torch.autograd.grad([e for e, _ in used], wrt, [u for _, u in used], allow_unused=True)
-        try:
-            grads = [decode(g) for g in reply["grads"]]
-        except (KeyError, TypeError, ValueError) as error:
-            return f"could not be checked: your notebook's process sent malformed gradients ({error})"
-        if len(grads) != len(leaves):
-            return "could not be checked: your notebook's process sent the wrong number of gradients"
-        for i, (got, want) in enumerate(zip([g for g, w in zip(grads, grad) if w], right)):
-            position = [j for j, w in enumerate(grad) if w][i]
-            want = torch.zeros_like(wrt[i]) if want is None else want
-            got = torch.zeros_like(want) if got is None else got
-            if not isinstance(got, torch.Tensor) or not _close(got, want, rtol, atol):
-                return f"{words[1]} for input {position + 1} is wrong"
-        return None
 
 
 def _is_definition(statement: ast.stmt) -> bool:

@@ -58,6 +58,22 @@ class RefereeProcess:
             referee.broken = True
         return referee
 
+    def decided_cells(self) -> set[str]:
+        """The test cells the referee decides for this notebook (it has planned them): their hidden tests
+        run in the referee only. Empty if the referee failed: then every cell runs whole in the student's
+        process, as without a referee, and counts as decided there."""
+        if self.broken:
+            return set()
+        deadline = time.monotonic() + 2 * self.limits.cell_timeout + 60.0
+        try:
+            message = receive(self.connection, self.process, deadline, self.ANSWER_BYTES)
+        except (EOFError, ProtocolError):
+            message = None
+        if not (isinstance(message, list) and len(message) == 2 and message[0] == "ready"):
+            self.broken = True
+            return set()
+        return set(message[1])
+
     def judge(self, grade_id: str, student, child) -> tuple[int, str | None]:
         """Have the referee run test ``grade_id``: (how many checks it decided, its failure message or None).
 
@@ -137,8 +153,9 @@ def _end_referee(process, connection, folder: str) -> None:
 def referee_main(folder: str, limits: Limits, connection) -> None:
     """The referee's process: sandboxed like a notebook, it judges test cells when asked (never runs student code).
 
-    ``["notebook", trusted]`` (or ``["notebook"]``: the same cells as before) starts a notebook,
-    ``["judge", grade_id]`` judges one of its test cells, anything else ends the process."""
+    ``["notebook", trusted]`` (or ``["notebook"]``: the same cells as before) starts a notebook: the
+    referee plans its checks and answers ``["ready", decided grade_ids]``; ``["judge", grade_id]``
+    judges one of its test cells; anything else ends the process."""
     try:
         isolate(folder, limits, {}, connection.fileno())
         from autograder.grading.running.referee import Referee
@@ -153,6 +170,7 @@ def referee_main(folder: str, limits: Limits, connection) -> None:
             if message[0] == "notebook":
                 trusted = message[1] if len(message) == 2 else trusted
                 judge = Referee(trusted["cells"], trusted["student_names"], ask)
+                send(connection, ["ready", judge.plan()])
             elif message[0] == "judge":
                 judged, failure = judge.judge_cell(message[1])
                 send(connection, ["verdict", judged, failure])

@@ -46,6 +46,8 @@ CHANGED_BY_KERNEL = {"input"}
 # Names the tests use in the notebook: once bound to these objects, no cell may rebind them.
 WATCHED_NAMES = {"torch": "torch", "nn": "torch.nn", "check_function": "autograder.check_function",
                  "check_forward": "autograder.check_forward", "check_callable": "autograder.check_callable",
+                 "check_saved": "autograder.check_saved", "check_values": "autograder.check_values",
+                 "check_with": "autograder.check_with",
                  "autograder": "autograder", "__builtins__": "builtins"}
 # Builtins that tests use to check answers: a notebook may not define functions by these names.
 WATCHED_BUILTINS = ["isinstance", "issubclass", "len", "type", "hasattr", "callable", "bool"]

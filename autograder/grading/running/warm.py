@@ -41,7 +41,9 @@ from IPython.core.displaypub import DisplayPublisher
 from IPython.core.interactiveshell import InteractiveShell
 from traitlets.config import Config
 
-from autograder import check_callable, check_forward, check_function, draw_graph  # noqa: F401  (the checker, as the notebooks import it)
+from autograder import (  # noqa: F401  (the checker, as the notebooks import it)
+    check_callable, check_forward, check_function, check_saved, check_values, check_with, draw_graph,
+)
 import autograder.grading.running.kernel
 import autograder.grading.running.tamper
 

@@ -22,7 +22,10 @@ The modules, from the bottom up (each imports only those before it):
 - ``messages``: what a student reads: torch's errors in course terms, mistake patterns;
 - ``core``: the checks of forward and backward;
 - ``optional``: the optional checks;
-- ``callables``: ``check_callable``.
+- ``callables``: ``check_callable``;
+- ``saved``: ``check_saved`` (what a Function keeps for backward);
+- ``harness``: ``check_values`` and ``check_with`` (plain results: a function of numbers, a training loop);
+- ``transforms``, ``named``: what the options and the referee share.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ from autograder.student.checker.core import _check_backward, _check_forward, _ch
 from autograder.student.checker.optional import (
     _check_double_backward, _check_forward_ad, _check_under_compile, _check_under_vmap,
 )
+from autograder.student.checker.harness import check_values, check_with
+from autograder.student.checker.saved import check_saved
 from autograder.student.checker.references import ATOL, RTOL, _Inputs, _Report, _StudentError
 
 
@@ -115,4 +120,4 @@ def _start(function, args, inplace, constants, autograd_in_backward) -> tuple[_R
             _describe_inputs(function, args, inplace, constants, autograd_in_backward))
 
 
-__all__ = ["check_callable", "check_forward", "check_function"]
+__all__ = ["check_callable", "check_forward", "check_function", "check_saved", "check_values", "check_with"]

@@ -13,36 +13,97 @@ import inspect
 from autograder.student.checker.core import _compare_outputs, _upstream
 from autograder.student.checker.messages import _difference, _run_reference, _run_student, _shape
 from autograder.student.checker.references import (
-    ATOL, RTOL, _as_float64, _as_tuple, _autograd_grad, _close, _float64, _Function, _Inputs, _is_float_tensor,
+    ATOL, RTOL, _as_float64, _as_tuple, _autograd_grad, _close, _float64, _Function, _Generator, _Inputs,
+    _is_float_tensor,
     _Module, _Report, _StudentError, _Tensor, _zeros_like,
 )
 
 
-def check_callable(function, reference, *args, rtol: float = RTOL, atol: float = ATOL) -> None:
+def check_callable(function, reference, *args, rtol: float = RTOL, atol: float = ATOL, uses: tuple = (),
+                   vmap: bool = False, forward_ad: bool = False, double_backward: bool = False,
+                   compile: bool = False, mutates: bool = False) -> None:  # noqa: A002
     """Check a differentiable function, custom operator or ``nn.Module`` class against a torch reference.
 
     ``function(*args)`` (for a Module class, ``function()(*args)``: built with no arguments) must
     give the reference's outputs, and the gradient of each floating-point tensor argument, for random
     upstream gradients on every output that needs one, must match torch autograd on ``reference``.
     Floating-point tensors in ``args`` are copied to fresh float64 leaves; other values pass through.
-    A ``torch.autograd.Function`` is checked with ``check_function`` instead.
+    A ``torch.autograd.Function`` is checked with ``check_function`` instead. ``uses`` names Functions
+    (``("PolyFunction",)``) whose backward must be in the outputs' graph: the callable must use them.
+    ``vmap``, ``forward_ad``, ``double_backward`` and ``compile`` compare the results under that transform
+    with the reference's (``transforms``); ``mutates``: the function changes its arguments in place
+    (and returns None): the arguments after the call are compared, and no gradient is asked for.
     """
     name = getattr(function, "__name__", type(function).__name__)
     run = _callable(function, name)
     names = _argument_names(function, len(args))
     inputs = _Inputs(args, names, False, frozenset(), frozenset(), (), False)
     report = _Report(f"{name} does not match torch")
+    options = {"vmap": vmap, "forward_ad": forward_ad, "double_backward": double_backward, "compile": compile,
+               "mutates": mutates}
     try:
+        if mutates:
+            _compare_transforms(name, run, reference, args, ["mutates"], inputs, report, rtol, atol)
+            report.raise_if_any()
+            return
         leaves, got = _call(lambda *a: run()(*a), args, inputs)
         reference_leaves, expected = _call(lambda *a: _run_reference(reference, a), args, None)
         _compare_outputs(got, expected, report, rtol, atol, who=name)
         report.raise_if_any()
+        missing = missing_functions(uses, graph_names(got))
+        if missing:
+            report.add(missing_message(name, missing, graph_names(got)))
+            report.raise_if_any()
         used = [k for k, e in enumerate(expected) if isinstance(e, _Tensor) and e.requires_grad]
         if used:
             _compare_gradients(name, names, got, expected, used, leaves, reference_leaves, inputs, report, rtol, atol)
+        report.raise_if_any()
+        _compare_transforms(name, run, reference, args, [k for k, on in options.items() if on], inputs, report,
+                            rtol, atol)
     except _StudentError as err:
         report.add(err.message)
     report.raise_if_any()
+
+
+def _compare_transforms(name, run, reference, args, kinds, inputs, report, rtol, atol) -> None:
+    """The options: each transform's results for the callable against the reference's, on the same random payload."""
+    from autograder.student.checker.transforms import difference, draw_payload, fresh, run_transform, used_outputs
+
+    for kind in kinds:
+        reference_args = fresh(args)
+        expected_outputs = _as_tuple(_run_reference(reference, reference_args)) if kind != "mutates" else ()
+        used = used_outputs(expected_outputs)
+        payload = draw_payload(kind, reference_args, expected_outputs, _Generator().manual_seed(97))
+        expected = run_transform(kind, lambda *a: _run_reference(reference, a), fresh(args), payload, used)
+        got = _run_student(f"{name} {kind}", lambda: run_transform(kind, run(), fresh(args), payload, used), inputs)
+        problem = difference(kind, got, expected, rtol, atol)
+        if problem:
+            report.add(problem)
+            return
+
+
+def graph_names(outputs, limit: int = 200) -> list[str]:
+    """The names of the backward graph's nodes behind ``outputs`` (``PolyFunctionBackward``, ...), at most ``limit``."""
+    seen, names = set(), set()
+    todo = [o.grad_fn for o in outputs if isinstance(o, _Tensor) and o.grad_fn is not None]
+    while todo and len(seen) < limit:
+        node = todo.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        names.add(type(node).__name__)
+        todo += [n for n, _ in node.next_functions]
+    return sorted(names)
+
+
+def missing_functions(uses: tuple, names: list[str]) -> list[str]:
+    """The Functions of ``uses`` whose backward node is not among the graph's node ``names``."""
+    return [u for u in uses if f"{u}Backward" not in names]
+
+
+def missing_message(name: str, missing: list[str], names: list[str]) -> str:
+    return (f"{name}'s output should come from {' and '.join(m + '.apply' for m in missing)}, but its backward graph "
+            f"holds only {', '.join(names) or 'no node'}: call your Function in forward, not a torch equivalent")
 
 
 def _callable(function, name: str):

@@ -1,0 +1,345 @@
+"""The referee's judges: what each check a test cell calls decides, outside the student's process.
+
+Each judge (``check_function``, ``check_saved``, ``check_with``, ``explain_known_mistakes``, ...) runs
+in the referee when a test cell calls it: it computes what is right itself (the reference, on the
+referee's own random inputs), and queues a request to the student's process ("apply F on these
+tensors", "record what F saves") with what judges the reply (``Referee.judge_cell`` sends them).
+The student's names are ``StudentObject``s here: a judge may name them, nothing else may use them.
+"""
+
+from __future__ import annotations
+
+import types
+
+from autograder.grading.running.wire import Unsupported, decode, encode
+
+JUDGES = ("check_function", "check_forward", "check_callable", "check_saved", "check_values", "check_with",
+          "explain_known_mistakes", "explain_non_finite", "check_backward_size", "check_keeps_dtype")
+TRANSFORMS = ("vmap", "forward_ad", "double_backward", "compile", "mutates")  # judged from both sides' results
+ALLOWED = {"autograd_in_backward"}  # a permission the in-process check enforces; nothing for the referee to judge
+
+
+class StudentObject:
+    """A name defined by the student's solution cells: the referee may pass it to a judge, nothing else."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        object.__setattr__(self, "name", name)
+
+    def __getattr__(self, attribute):
+        raise Unsupported(f"{self.name}.{attribute} lives in the student's process")
+
+    def __call__(self, *args, **kwargs):
+        raise Unsupported(f"{self.name}() runs student code")
+
+    def __repr__(self) -> str:
+        return f"<the student's {self.name}>"
+
+
+class _Unavailable:
+    """A value the referee could not compute (its statement was skipped): any use skips the statement."""
+
+    def __getattr__(self, attribute):
+        raise Unsupported("a value the referee could not compute")
+
+    def __call__(self, *args, **kwargs):
+        raise Unsupported("a value the referee could not compute")
+
+    def __bool__(self):
+        raise Unsupported("a value the referee could not compute")
+
+    def __iter__(self):
+        raise Unsupported("a value the referee could not compute")
+
+    def _unsupported(self, *args):
+        raise Unsupported("a value the referee could not compute")
+
+    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = __len__ = __getitem__ = __contains__ = _unsupported
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = __rtruediv__ = _unsupported
+    __abs__ = __neg__ = __float__ = __int__ = __index__ = __format__ = _unsupported
+    __hash__ = object.__hash__
+
+
+UNAVAILABLE = _Unavailable()
+
+
+class Judges:
+    """The checks a test cell may call; they queue ``(request, compare)`` pairs on ``self.pending``."""
+
+    pending: list
+
+    def check_function(self, function, reference, *args, rtol: float = 1e-6, atol: float = 1e-8,
+                       inplace: bool = False, constants: tuple = (), **options) -> None:
+        """What the test's ``check_function`` call decides from values: outputs and gradients."""
+        self._judge(function, reference, args, rtol, atol, inplace, constants, options, backward=True)
+
+    def check_forward(self, function, reference, *args, rtol: float = 1e-6, atol: float = 1e-8,
+                      inplace: bool = False) -> None:
+        """What the test's ``check_forward`` call decides: forward's outputs."""
+        self._judge(function, reference, args, rtol, atol, inplace, (), {}, backward=False)
+
+    def check_callable(self, function, reference, *args, rtol: float = 1e-6, atol: float = 1e-8,
+                       uses: tuple = (), **options) -> None:
+        """What the test's ``check_callable`` call decides: a function's (or a Module's) outputs and gradients,
+        that its graph holds the Functions it must ``use``, and its results under the ``options``' transforms."""
+        self._judge(function, reference, args, rtol, atol, False, (), options, backward=not options.get("mutates"),
+                    kind="call", uses=uses)
+
+    def check_saved(self, function, reference, *args, saves=None, max_saved: int | None = None,
+                    inplace: bool = False, rtol: float = 1e-6, atol: float = 1e-8) -> None:
+        """What the test's ``check_saved`` call decides: the tensors the Function keeps for backward."""
+        import torch
+
+        from autograder.student.checker.saved import expected_saved, saved_problem
+
+        if not isinstance(function, StudentObject):
+            raise Unsupported("not a check of the student's Function")
+        if (saves is None) == (max_saved is None):
+            raise TypeError("check_saved needs saves=... or max_saved=..., not both")
+        grad = [isinstance(a, torch.Tensor) and a.is_floating_point() for a in args]
+        leaves = [a.detach().to(torch.float64).clone().requires_grad_(True) if wanted else a
+                  for a, wanted in zip(args, grad)]
+        expected = []
+        if saves is not None:
+            with torch.enable_grad():
+                outputs = reference(*[a.detach().clone().requires_grad_(True) if w else a for a, w in zip(leaves, grad)])
+            expected = expected_saved(saves, leaves, tuple(outputs) if isinstance(outputs, (tuple, list)) else
+                                      (outputs,), None)
+        largest = max((a.numel() for a in leaves if isinstance(a, torch.Tensor)), default=0)
+        request = {"target": function.name, "kind": "saved", "args": [encode(a) for a in leaves], "grad": grad,
+                   "inplace": bool(inplace), "upstream": None}
+
+        def compare(reply) -> str | None:
+            if _unanswered(reply):
+                return _found(function.name, _unanswered(reply))
+            try:
+                saved = [decode(t) for t in reply["saved"]]
+                attributes = [str(a) for a in reply["attributes"]][:20]
+            except (KeyError, TypeError, ValueError) as error:
+                return _found(function.name, f"could not be checked: your notebook's process sent a malformed "
+                                             f"answer ({error})")
+            if not all(isinstance(t, torch.Tensor) for t in saved):
+                return _found(function.name, "saved something that is not a tensor of a plain dtype")
+            problem = saved_problem(function.name, saved, attributes, expected, max_saved, largest, rtol, atol)
+            return problem and _found(function.name, problem, named=True)
+
+        self.pending.append((request, compare))
+
+    def check_values(self, function, reference, *args, rtol: float = 1e-9, atol: float = 0.0) -> None:
+        """What the test's ``check_values`` call decides: a plain function's result on plain data."""
+        self._judge_data(None, function, reference, args, rtol, atol)
+
+    def check_with(self, harness, function, reference, *args, rtol: float = 1e-9, atol: float = 0.0) -> None:
+        """What the test's ``check_with`` call decides: the notebook's ``harness`` run with the student's object."""
+        if not isinstance(harness, types.FunctionType) or harness.__name__ == "<lambda>":
+            raise Unsupported("check_with needs a harness the notebook's visible cells define by name")
+        self._judge_data(harness, function, reference, args, rtol, atol)
+
+    def _judge_data(self, harness, function, reference, args, rtol, atol) -> None:
+        from autograder.student.checker.harness import _copies, as_data, same_data, short, with_message
+
+        if not isinstance(function, StudentObject):
+            raise Unsupported("not a check of the student's object")
+        want = as_data(reference(*_copies(args)) if harness is None else harness(reference, *_copies(args)))
+        request = {"target": function.name, "kind": "values" if harness is None else "with",
+                   "harness": None if harness is None else harness.__name__, "args": [encode(a) for a in args],
+                   "grad": [False] * len(args), "inplace": False, "upstream": None}
+
+        def compare(reply) -> str | None:
+            if _unanswered(reply):
+                return _found(function.name, _unanswered(reply))
+            try:
+                got = decode(reply["result"])
+            except (KeyError, TypeError, ValueError) as error:
+                return _found(function.name, f"could not be checked: a malformed answer ({error})")
+            if same_data(got, want, rtol, atol):
+                return None
+            if harness is not None:
+                return _found(function.name, with_message(harness.__name__, function.name, got, want), named=True)
+            return _found(function.name, f"{function.name}{tuple(short(a) for a in args)} gives {short(got)}, "
+                                         f"expected {short(want)}", named=True)
+
+        self.pending.append((request, compare))
+
+    def explain_known_mistakes(self, function, args, mistakes, seed=0) -> None:
+        """What the test's ``explain_known_mistakes`` finds: which known wrong derivation backward returns, if any."""
+        from autograder.student.checker.diagnoses import mistake_found
+
+        self._diagnose(function, "backward", args, seed, lambda record: mistake_found(function.name, record, args,
+                                                                                        mistakes))
+
+    def explain_non_finite(self, function, args, situation, forward_advice, backward_advice) -> None:
+        """What the test's ``explain_non_finite`` finds: inf or NaN from forward or backward."""
+        from autograder.student.checker.diagnoses import non_finite_problem
+
+        self._diagnose(function, "finite", args, 0, lambda record: non_finite_problem(
+            function.name, record, situation, forward_advice, backward_advice))
+
+    def check_backward_size(self, function, *args, below: int) -> None:
+        """What the test's ``check_backward_size`` decides: backward builds no tensor of ``below`` elements."""
+        from autograder.student.checker.diagnoses import backward_size_problem
+
+        self._diagnose(function, "size", args, 0, lambda record: backward_size_problem(
+            function.name, int(record["largest"]), below))
+
+    def check_keeps_dtype(self, function, *args) -> None:
+        """What the test's ``check_keeps_dtype`` decides: float32 inputs give float32 outputs and gradients."""
+        from autograder.student.checker.diagnoses import dtype_problem
+
+        self._diagnose(function, "dtype", args, 0, lambda record: dtype_problem(function.name, record, args))
+
+    def _diagnose(self, function, what: str, args, seed: int, judge) -> None:
+        """Ask the student's process for a diagnosis record (``autograder.student.checker.diagnoses``); judge it here."""
+        if not isinstance(function, StudentObject):
+            raise Unsupported("not a diagnosis of the student's Function")
+        request = {"target": function.name, "kind": "diagnosis", "what": what, "seed": int(seed),
+                   "args": [encode(a) for a in args], "grad": [False] * len(args), "inplace": False, "upstream": None}
+
+        def compare(reply) -> str | None:
+            if _unanswered(reply):
+                return _found(function.name, _unanswered(reply))
+            try:
+                problem = judge(decode(reply["record"]))
+            except (KeyError, TypeError, ValueError, IndexError, AttributeError, RuntimeError) as error:
+                return _found(function.name, f"could not be checked: a malformed answer ({type(error).__name__})")
+            return problem and _found(function.name, problem, named=True)
+
+        self.pending.append((request, compare))
+
+    def _judge(self, function, reference, args, rtol, atol, inplace, constants, options, backward,
+               kind: str = "apply", uses: tuple = ()) -> None:
+        import torch
+
+        from autograder.student.checker.transforms import difference, draw_payload, fresh, run_transform, used_outputs
+
+        if not isinstance(function, StudentObject) or set(options) - set(TRANSFORMS) - ALLOWED:
+            raise Unsupported("not a check of the student's Function")
+        if any(not isinstance(c, int) for c in constants):
+            raise Unsupported("constants named, not numbered")
+        grad = [isinstance(a, torch.Tensor) and a.is_floating_point() and i not in constants
+                and not options.get("mutates") for i, a in enumerate(args)]
+        leaves = [a.detach().to(torch.float64).clone().requires_grad_(wanted) if isinstance(a, torch.Tensor)
+                  and a.is_floating_point() else a.clone() if isinstance(a, torch.Tensor) else a
+                  for a, wanted in zip(args, grad)]
+        request = {"target": function.name, "kind": kind, "args": [encode(a) for a in leaves], "grad": grad,
+                   "inplace": bool(inplace), "upstream": None}
+        with torch.enable_grad():
+            expected = reference(*[a.clone() if w and inplace else a for a, w in zip(leaves, grad)])
+        expected = tuple(expected) if isinstance(expected, (tuple, list)) else (expected,)
+        upstream = []
+        if backward:
+            upstream = [torch.randn_like(e) if isinstance(e, torch.Tensor) and e.requires_grad else None
+                        for e in expected]
+            request["upstream"] = [None if u is None else encode(u) for u in upstream]
+        words = ("forward's output", "backward's gradient") if kind == "apply" else ("output", "the gradient")
+        transforms = []  # (kind, the reference's results) for each transform asked for
+        for name in [t for t in TRANSFORMS if options.get(t)]:
+            used = used_outputs(expected)
+            payload = draw_payload(name, leaves, expected)
+            transforms.append((name, run_transform(name, reference, fresh(leaves), payload, used)))
+            request.setdefault("transforms", []).append({
+                "kind": name, "used": used, "payload": {k: [encode(v) for v in vs] for k, vs in payload.items()}})
+
+        def compare(reply) -> str | None:
+            problem = self._compare(leaves, grad, expected, upstream, reply, rtol, atol, words)
+            if problem is None and reply.get("upstream_modified") is True:
+                problem = ("backward changed grad_output in place: another branch of the graph that shares it then "
+                           "gets a wrong gradient. Compute a new tensor (grad_output * mask), do not write into it")
+            if problem is None and inplace and (reply.get("returned_inputs") or [None])[0] is None:
+                problem = ("should return its input tensor itself, modified in place (and marked with "
+                           "ctx.mark_dirty), not a new tensor")
+            for (name, want), got in zip(transforms, (reply.get("transforms") or [None] * len(transforms))
+                                         if problem is None else []):
+                if problem is not None:
+                    break
+                if not isinstance(got, dict) or (got.get("error") is None and not isinstance(got.get("results"), list)):
+                    problem = f"could not be checked {name}: your notebook's process sent no answer"
+                elif got.get("error") is not None:
+                    problem = f"failed {name} ({str(got['error'])[:300]})"
+                else:
+                    try:
+                        problem = difference(name, [decode(r) if isinstance(r, dict) and "other" not in r else r
+                                                    for r in got["results"]], want, rtol, atol)
+                    except (KeyError, TypeError, ValueError) as error:
+                        problem = f"could not be checked {name}: a malformed answer ({error})"
+            if problem is None and len(reply.get("transforms") or []) != len(transforms):  # (problem None: a dict)
+                problem = "could not be checked: your notebook's process sent the wrong number of results"
+            if problem is None and uses:
+                from autograder.student.checker.callables import missing_functions, missing_message
+
+                names = [str(n) for n in reply.get("graph") or []][:200]
+                if missing_functions(uses, names):
+                    return _found(function.name, missing_message(function.name, missing_functions(uses, names),
+                                                                 names), named=True)
+            return problem and _found(function.name, problem)
+
+        self.pending.append((request, compare))
+
+    @staticmethod
+    def _compare(leaves, grad, expected, upstream, reply, rtol, atol, words) -> str | None:
+        """What is wrong with the student's reply, or None when outputs (and gradients) match."""
+        import torch
+
+        from autograder.student.checker.references import _close
+
+        if not isinstance(reply, dict):
+            return "could not be checked: your notebook's process sent no answer"
+        if reply.get("error") is not None:
+            return f"failed ({str(reply['error'])[:300]})"
+        try:
+            outputs = [decode(o) if isinstance(o, dict) and "other" not in o else o for o in reply["outputs"]]
+        except (KeyError, TypeError, ValueError) as error:
+            return f"could not be checked: your notebook's process sent a malformed answer ({error})"
+        if len(outputs) != len(expected):
+            return f"returned {len(outputs)} outputs, the reference {len(expected)}"
+        for k, (got, want) in enumerate(zip(outputs, expected)):
+            if not isinstance(want, torch.Tensor):
+                from autograder.student.checker.harness import same_data, short
+
+                if not same_data(got, want, max(rtol, 1e-12), atol):
+                    return f"{words[0]} {k} is {short(got)}, expected {short(want)}"
+                continue
+            if not isinstance(got, torch.Tensor):
+                return f"{words[0]} {k} is not a tensor"
+            if got.shape != want.shape or got.dtype != want.dtype:
+                return (f"{words[0]} {k} has shape {list(got.shape)} and dtype {got.dtype}, expected "
+                        f"{list(want.shape)} and {want.dtype}")
+            if not (_close(got, want, rtol, atol) if want.is_floating_point() else torch.equal(got, want)):
+                return f"{words[0]} {k} is wrong"
+        if not any(u is not None for u in upstream):
+            return None
+        used = [(e, u) for e, u in zip(expected, upstream) if u is not None]
+        wrt = [leaf for leaf, wanted in zip(leaves, grad) if wanted]
+        right = torch.autograd.grad([e for e, _ in used], wrt, [u for _, u in used], allow_unused=True)
+        try:
+            grads = [decode(g) for g in reply["grads"]]
+        except (KeyError, TypeError, ValueError) as error:
+            return f"could not be checked: your notebook's process sent malformed gradients ({error})"
+        if len(grads) != len(leaves):
+            return "could not be checked: your notebook's process sent the wrong number of gradients"
+        for i, (got, want) in enumerate(zip([g for g, w in zip(grads, grad) if w], right)):
+            position = [j for j, w in enumerate(grad) if w][i]
+            want = torch.zeros_like(wrt[i]) if want is None else want
+            got = torch.zeros_like(want) if got is None else got
+            if not isinstance(got, torch.Tensor) or not _close(got, want, rtol, atol):
+                return f"{words[1]} for input {position + 1} is wrong"
+        return None
+
+
+
+def _unanswered(reply) -> str | None:
+    """Why ``reply`` holds no answer to judge (none came, or the student's code failed), or None."""
+    if not isinstance(reply, dict):
+        return "could not be checked: your notebook's process sent no answer"
+    if reply.get("error") is not None:
+        return f"failed ({str(reply['error'])[:300]})"
+    return None
+
+
+def _found(name: str, problem: str, named: bool = False) -> str:
+    """A referee's failure as the student reads it: what is wrong, and that the grader's own check found it."""
+    return (f"{'' if named else name + ': '}{problem} (found by the grader's own check, which repeats this cell's "
+            f"checks outside your notebook's process, on new random inputs)")
+
+
