@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import base64
 
-from autograder.student.checker.named import FUNCTIONS, Named
-
 DTYPES = ("float16", "bfloat16", "float32", "float64", "uint8", "int8", "int16", "int32", "int64", "bool")
 MAX_ELEMENTS = 4_000_000        # per tensor a student's process may send back
 MAX_ITEMS = 100_000             # per list
@@ -37,6 +35,8 @@ def encode(value):
         return {"list": [encode(v) for v in value]}
     if isinstance(value, dict) and len(value) <= 100 and all(type(k) is str for k in value):
         return {"dict": {k: encode(v) for k, v in value.items()}}
+    from autograder.student.checker.named import Named  # here: importing the checker imports torch
+
     if isinstance(value, Named):
         return {"function": value.name, "args": [encode(a) for a in value.args]}
     raise Unsupported(f"a {type(value).__name__} argument")
@@ -55,8 +55,11 @@ def decode(data, depth: int = 0):
         return [decode(v, depth + 1) for v in data["list"]]
     if set(data) == {"dict"} and isinstance(data["dict"], dict) and len(data["dict"]) <= 100:
         return {str(k): decode(v, depth + 1) for k, v in data["dict"].items()}
-    if set(data) == {"function", "args"} and data["function"] in FUNCTIONS and isinstance(data["args"], list):
-        return Named(data["function"], *[decode(a, depth + 1) for a in data["args"][:8]])
+    if set(data) == {"function", "args"} and isinstance(data["args"], list):
+        from autograder.student.checker.named import FUNCTIONS, Named
+
+        if data["function"] in FUNCTIONS:
+            return Named(data["function"], *[decode(a, depth + 1) for a in data["args"][:8]])
     if set(data) != {"tensor", "shape", "data"} or data["tensor"] not in DTYPES:
         raise ValueError("not an encoded tensor")
     shape = data["shape"]
