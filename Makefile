@@ -109,11 +109,14 @@ postgres:  ## Install Debian's PostgreSQL server for the gradebook tests (apt-ge
 	  || DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y postgresql \
 	  || { $(SUDO) apt-get update && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y postgresql; }
 
-student-dist: install  ## What students get, no solutions: dist/student-edition/ and .zip (see README)
-	$(BIN)/python -m autograder publish $(A) $(if $(REPOSITORY),--repository $(REPOSITORY))
+# The editions hold every assignment unless A=... is typed (A's default above is for the grading targets).
+RELEASED = $(if $(filter-out file default undefined,$(origin A)),$(A))
 
-self-study-dist: install  ## The self-study edition, WITH solutions: dist/self-study-edition/ and .zip
-	$(BIN)/python -m autograder publish --self-study $(A) $(if $(REPOSITORY),--repository $(REPOSITORY))
+student-dist: install  ## What students get, no solutions: dist/student-edition/ and .zip (all assignments, or A=...)
+	$(BIN)/python -m autograder publish $(RELEASED) $(if $(REPOSITORY),--repository $(REPOSITORY))
+
+self-study-dist: install  ## The self-study edition, WITH solutions: dist/self-study-edition/ and .zip (all, or A=...)
+	$(BIN)/python -m autograder publish --self-study $(RELEASED) $(if $(REPOSITORY),--repository $(REPOSITORY))
 
 book: install  ## Build the course as a website in book/ (Sphinx + MyST-NB; runs cached in build/book/)
 	$(BIN)/python -m autograder book

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import re
+import subprocess
 import sys
 import tomllib
 from importlib import metadata
 
+import pytest
 import yaml
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
@@ -107,3 +109,20 @@ def test_ci_runs_the_readme_test_command():
           if line.strip() and not line.startswith("#") and not line.startswith(("set ", "cd "))]
     assert ci == ["make test"]
     assert "make test" in (REPO / "README.md").read_text()
+
+
+@pytest.mark.parametrize("typed, published", [
+    ([], ""),                                          # every assignment: A's default is the grading targets'
+    (["A=02_saving_for_backward"], "02_saving_for_backward"),
+])
+def test_the_editions_hold_every_assignment_unless_some_are_named(typed, published):
+    for target, flag in (("student-dist", ""), ("self-study-dist", "--self-study ")):
+        dry = subprocess.run(["make", "-n", target, *typed], cwd=REPO, capture_output=True, text=True, check=True)
+        command = dry.stdout.strip().splitlines()[-1]
+        assert command.split("publish", 1)[1].split() == (flag + published).split(), command
+
+
+def test_the_missing_repository_message_names_the_make_variable():
+    from autograder.authoring.colab import UNSET
+
+    assert "REPOSITORY=" in UNSET and "--repository" in UNSET

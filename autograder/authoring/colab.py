@@ -35,7 +35,8 @@ LINKS_BEGIN, LINKS_END = "<!-- notebook links: python -m autograder.authoring.co
 DISTRIBUTION = "custom-autograd-course"
 REPOSITORY_VARIABLE = "AUTOGRADER_STUDENT_REPOSITORY"
 PLACEHOLDER = "YOUR-ORG"  # in the shipped setting: no repository named yet
-UNSET = (f"no students' repository is named yet: put its URL in pyproject.toml ([tool.{DISTRIBUTION}] "
+UNSET = (f"no students' repository is named yet: give its URL (`make student-dist REPOSITORY=https://github.com/"
+         f"OWNER/NAME`, or `--repository URL`), or put it in pyproject.toml ([tool.{DISTRIBUTION}] "
          f"student-repository) or in ${REPOSITORY_VARIABLE}, then run `python -m autograder.authoring.colab` "
          "and `make release` (README: Instructors, From clone to class)")
 
