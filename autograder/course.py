@@ -46,6 +46,19 @@ class Course:
         return course
 
     @property
+    def authors(self) -> str:
+        """Who wrote the course: ``[project] authors`` in the course's pyproject.toml, the one setting the book's
+        footer, LICENSE and CITATION.cff name (tests check they agree)."""
+        import tomllib
+
+        try:
+            project = tomllib.loads((self.root / "pyproject.toml").read_text(encoding="utf-8")).get("project", {})
+        except (OSError, tomllib.TOMLDecodeError):
+            project = {}
+        names = [a["name"] for a in project.get("authors", []) if isinstance(a, dict) and a.get("name")]
+        return ", ".join(names) or "the course's authors"
+
+    @property
     def has_solutions(self) -> bool:
         """True for the instructor's course (and a self-study edition); False in a student distribution."""
         return self.solutions.is_dir()

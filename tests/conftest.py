@@ -101,6 +101,7 @@ def built_book(tmp_path_factory) -> BuiltBook:
     root = tmp_path_factory.mktemp("book")
     for folder in ("solutions", "course"):
         shutil.copytree(REPO / folder, root / "course" / folder)
+    shutil.copy(REPO / "pyproject.toml", root / "course")  # the authors the footer names
     course = Course(root / "course")
     with pytest.MonkeyPatch.context() as patch:  # the students' repository the Colab and Binder links open
         patch.setenv(REPOSITORY_VARIABLE, CLASS_REPOSITORY)

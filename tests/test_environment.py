@@ -126,3 +126,29 @@ def test_the_missing_repository_message_names_the_make_variable():
     from autograder.authoring.colab import UNSET
 
     assert "REPOSITORY=" in UNSET and "--repository" in UNSET
+
+
+def test_license_citation_and_book_name_the_authors_of_pyproject():
+    from autograder.course import Course
+
+    authors = [a["name"] for a in tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["authors"]]
+    assert Course(REPO).authors == ", ".join(authors)
+    license_text = (REPO / "LICENSE").read_text()
+    assert license_text.startswith("MIT License") and f"Copyright (c) 2026 {authors[0]}" in license_text
+    citation = yaml.safe_load((REPO / "CITATION.cff").read_text())
+    assert citation["cff-version"] == "1.2.0" and {"message", "title", "authors"} <= set(citation)
+    assert [a["name"] for a in citation["authors"]] == authors and citation["license"] == "MIT"
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    assert citation["version"] == version
+
+
+def test_the_changelog_has_an_unreleased_section_and_the_current_version():
+    changelog = (REPO / "CHANGELOG.md").read_text()
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    assert "## [Unreleased]" in changelog and f"## [{version}]" in changelog
+
+
+def test_pre_commit_strips_notebook_outputs_and_runs_ruff_at_pinned_versions():
+    config = yaml.safe_load((REPO / ".pre-commit-config.yaml").read_text())
+    hooks = {hook["id"]: repo["rev"] for repo in config["repos"] for hook in repo["hooks"]}
+    assert set(hooks) == {"nbstripout", "ruff"} and all(re.fullmatch(r"v?\d+\.\d+\.\d+", rev) for rev in hooks.values())

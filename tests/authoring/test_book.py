@@ -84,6 +84,12 @@ def test_the_first_build_ran_every_chapter(built_book):
     assert built_book.executed == [f"{s.parent.name}/{s.stem}" for s in _solutions(built_book.course)]
 
 
+def test_the_footer_names_the_authors_of_pyproject(built_book):
+    footer = Page(built_book.output / "index.html").visible_text
+    assert built_book.course.authors != "the course's authors"  # read from pyproject.toml
+    assert built_book.course.authors in footer and "the course's authors" not in footer
+
+
 def test_every_chapter_has_a_page_listed_in_the_index_under_its_title(built_book):
     index = Page(built_book.output / "index.html")
     for solution in _solutions(built_book.course):

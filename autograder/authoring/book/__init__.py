@@ -121,7 +121,8 @@ def build(course: Course, output: Path, assignments: list[str] | None = None,
     try:
         with patch_docutils(CONF_DIR), docutils_namespace():  # as sphinx-build does: a second build in one process works
             app = Sphinx(str(source), str(CONF_DIR), str(output), str(work / "doctrees"), "html",
-                         confoverrides={"nb_execution_cache_path": str(cache)}, status=sys.stdout,
+                         confoverrides={"nb_execution_cache_path": str(cache), "author": course.authors,
+                                        "copyright": course.authors}, status=sys.stdout,
                          warning=sys.stderr, warningiserror=True)
             app.build()
     except (SphinxError, ExecutionError) as error:  # warnings are errors: a broken link, a cell that raises

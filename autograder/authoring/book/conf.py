@@ -12,7 +12,7 @@ from docutils import nodes
 from PIL import Image
 
 project = "Custom autograd Functions in PyTorch"
-author = "the course's authors"
+author = "the course's authors"  # python -m autograder book sets both from pyproject.toml's [project] authors
 copyright = "the course's authors"
 html_title = project
 
