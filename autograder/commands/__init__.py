@@ -5,3 +5,16 @@ Each module has ``HELP`` (one line for the command list), ``DESCRIPTION`` (its `
 commands and only dispatches; a command whose module is not shipped (the students' edition ships
 ``check`` alone) does not exist there. Heavy imports stay inside ``run``, so ``--help`` is fast.
 """
+
+
+def add_json_flag(parser) -> None:
+    """``--json``: one JSON document on stdout and nothing else there (for scripts and LMS glue)."""
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON document instead of the table, and nothing else on stdout (for scripts and LMS glue)")
+
+
+def print_json(document) -> None:
+    import json
+
+    print(json.dumps(document, indent=2, default=str))
+

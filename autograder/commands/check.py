@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from autograder.commands import add_json_flag, print_json
 from autograder.course import Course
 
 HELP = "grade one notebook locally (visible tests, or all where solutions/ is)"
@@ -16,18 +17,25 @@ WILL_RUN_NOTEBOOKS = True  # the CLI starts the warm process (torch importing) b
 
 def add_arguments(parser) -> None:
     parser.add_argument("notebook", type=Path, help="path to your .ipynb (named like the assignment)")
+    add_json_flag(parser)
 
 
 def run(args, course: Course) -> int:
     from autograder.grading.selfcheck import check_notebook
 
     results = check_notebook(args.notebook, course)
+    score, total = sum(r.score for r in results), sum(r.max_score for r in results)
+    failed = sum(not r.passed for r in results)
+    if args.json:
+        print_json({"notebook": str(args.notebook), "score": score, "max_score": total,
+                    "passed": len(results) - failed, "failed": failed, "hidden_tests_ran": course.has_solutions,
+                    "tests": [{"grade_id": r.grade_id, "description": r.description, "passed": r.passed,
+                               "score": r.score, "max_score": r.max_score, "message": r.message} for r in results]})
+        return 0 if failed == 0 else 1
     for r in results:
         print(f"{'PASS' if r.passed else 'FAIL'}  {r.score:g}/{r.max_score:g}  {r.grade_id}: {r.description}")
         if not r.passed and r.message:
             print("      " + r.message.replace("\n", "\n      "))
-    score, total = sum(r.score for r in results), sum(r.max_score for r in results)
-    failed = sum(not r.passed for r in results)
     print(f"score: {score:g} / {total:g}")
     print(f"{len(results) - failed} passed, {failed} failed")
     if not course.has_solutions:

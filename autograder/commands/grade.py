@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
+from autograder.commands import add_json_flag, print_json
 from autograder.course import Course, CourseError
 
 HELP = "autograde every collected submission, in parallel"
@@ -27,6 +28,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--no-sandbox", action="store_true",
                         help="run student code without a sandbox, as you, able to read solutions/ and the gradebook, "
                              "change grades and use the network (only where no sandbox is available; see README)")
+    add_json_flag(parser)
 
 
 def will_run_notebooks(args: list[str], course: Course) -> bool:
@@ -54,6 +56,16 @@ def run(args, course: Course) -> int:
     if not rows:
         raise CourseError(f"no submissions of {args.assignment} in {course.grading / 'submitted'}: "
                           f"run `python -m autograder collect {args.assignment} SOURCE` first")
+    if args.json:
+        counts: dict[str, int] = {}
+        for r in rows:
+            counts[r.status] = counts.get(r.status, 0) + 1
+        print_json({"assignment": args.assignment, "grades_csv": course.grading / GRADES_CSV, "counts": counts,
+                    "points_in_process": max((r.points_in_process for r in rows), default=0.0),
+                    "students": [{"student_id": r.student_id, "score": r.score, "max_score": r.max_score,
+                                  "status": r.status, "detail": r.detail, "late": r.late, "penalty": r.penalty,
+                                  "regraded": r.regraded, "reused": r.reused} for r in rows]})
+        return 0
     print_table(["student", "score", "status"],
                 ([r.student_id, f"{r.score:g} / {r.max_score:g}", status(r)] for r in rows), right=["score"])
     counts: dict[str, int] = {}

@@ -200,3 +200,20 @@ def test_grading_recreates_a_deleted_gradebook_without_the_venv_on_path(course_c
                            env=env, capture_output=True, text=True, timeout=600)
     assert again.returncode == 2 and "no submissions" in again.stderr, again.stderr
     assert (course_copy.grading / "gradebook.db").exists()
+
+
+@pytest.mark.slow
+def test_grade_report_and_check_print_one_json_document_for_scripts(demo):
+    course, _ = demo
+    graded = json.loads(autograder(course, "grade", ASSIGNMENT, "--json").stdout)  # nothing else on stdout
+    rows = grades_csv(course)
+    assert {s["student_id"]: (s["score"], s["status"]) for s in graded["students"]} == {
+        student: (float(row["score"]), row["status"]) for student, row in rows.items()}
+    assert graded["counts"] == {"graded": 8, "invalid notebook": 1, "missing": 1} and graded["points_in_process"] == 0
+    reported = json.loads(autograder(course, "report", ASSIGNMENT, "--json").stdout)
+    assert reported["max_score"] == EXPECTED["max_score"] and Path(reported["files"]["page"]).is_file()
+    assert set(reported["scores"]) <= set(rows) and all(0 <= e["pass_rate"] <= 1 for e in reported["exercises"])
+    notebook = course.solutions / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+    checked = json.loads(autograder(course, "check", str(notebook), "--json").stdout)
+    assert checked["failed"] == 0 and checked["score"] == checked["max_score"] == EXPECTED["max_score"]
+    assert checked["hidden_tests_ran"] and all(t["passed"] for t in checked["tests"])
