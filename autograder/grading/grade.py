@@ -431,16 +431,33 @@ def _sync_gradebook(course: Course, assignment: str) -> None:
     Skipped when the solutions are unchanged since the last sync into this gradebook. The
     student version goes to a scratch folder: ``course/`` is left exactly as committed.
     """
+    stamp = course.grading / f".synced-{assignment}"
+    if stamp.exists() and stamp.read_text() == _synced_digest(course, assignment) and _in_gradebook(course, assignment):
+        return
+    sync_assignment(course, assignment)
+    mark_synced(course, assignment)
+
+
+def sync_gradebook(course: Course, assignment: str) -> None:
+    """Record ``assignment`` in ``course``'s gradebook now, unless it is there and unchanged (``check`` makes its
+    private course's gradebook with it before grading, to keep a copy for later checks)."""
+    course.grading.mkdir(parents=True, exist_ok=True)
+    _sync_gradebook(course, assignment)
+
+
+def mark_synced(course: Course, assignment: str) -> None:
+    """Say that ``course``'s gradebook holds ``assignment`` as its solutions are now (a copied gradebook does)."""
+    (course.grading / f".synced-{assignment}").write_text(_synced_digest(course, assignment))
+
+
+def _synced_digest(course: Course, assignment: str) -> str:
+    """What the gradebook's record of ``assignment`` depends on: where the gradebook is, and the solutions."""
     db_url = CourseDirectory(config=course.config()).db_url
     digest = hashlib.sha256(db_url.encode())
     for path in sorted((course.solutions / assignment).rglob("*")):
         if path.is_file():
             digest.update(str(path).encode() + hashlib.sha256(path.read_bytes()).digest())
-    stamp = course.grading / f".synced-{assignment}"
-    if stamp.exists() and stamp.read_text() == digest.hexdigest() and _in_gradebook(course, assignment):
-        return
-    sync_assignment(course, assignment)
-    stamp.write_text(digest.hexdigest())
+    return digest.hexdigest()
 
 
 def _in_gradebook(course: Course, assignment: str) -> bool:

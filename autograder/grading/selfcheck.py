@@ -2,8 +2,12 @@
 
 For students before they hand in, and for self-study readers: the notebook is autograded by
 this course's grader (nbgrader's own steps, see ``autograder.grading.grade``) in a private copy of
-the assignment's solutions (``grading/.check/``, kept between checks), and the result of every graded test is
-reported with the message that explains a failure (never the hidden tests' source).
+the assignment's tests made for this check alone (a temporary folder, removed afterwards: two checks
+at once, or a check after one that failed, never meet), and the result of every graded test is
+reported with the message that explains a failure (never the hidden tests' source). Only the
+assignment's own notebook and data are copied: other notebooks beside it (JupyterLab's
+``Untitled.ipynb``) are not part of it. The gradebook nbgrader makes for a version of the tests is
+kept in ``grading/.check-cache/`` and copied into later checks, so a check starts no nbgrader step.
 
 Where the course has ``solutions/`` (the instructor's repository, a self-study edition) the tests
 come from there, hidden ones included. A student distribution has only ``course/``: the tests
@@ -13,15 +17,17 @@ grader runs more.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from autograder.course import Course, CourseError
 from autograder.grading.running.confinement import Limits
-from autograder.grading.grade import grade
+from autograder.grading.grade import grade, mark_synced, sync_gradebook
 
 STUDENT = "me"
 
@@ -45,38 +51,58 @@ def check_notebook(notebook: Path, course: Course) -> list[TestResult]:
     if not notebook.is_file():
         raise CourseError(f"no notebook at {notebook}")
     assignment = _assignment_of(notebook, course)
-    scratch = _scratch_course(course, assignment)
-    submitted = scratch.grading / "submitted" / STUDENT / assignment
-    shutil.rmtree(submitted, ignore_errors=True)
-    submitted.mkdir(parents=True)
-    shutil.copy(notebook, submitted / f"{assignment}.ipynb")
-    # The student's own notebook on their own machine: nothing to protect from it, so no sandbox.
-    limits = Limits(threads=os.cpu_count() or 1, sandbox="off")
-    [row] = grade(scratch, assignment, jobs=1, limits=limits, force=True, progress=open(os.devnull, "w"))
-    if row.status == "invalid notebook":
-        raise CourseError(f"{notebook} could not be graded: {row.detail}")
-    graded = scratch.grading / "autograded" / STUDENT / assignment / f"{assignment}.ipynb"
-    messages = _failure_messages(graded)
-    with scratch.gradebook() as gb:
-        grades = {g.name: g for g in gb.find_submission_notebook(assignment, assignment, STUDENT).grades}
-        order = list(messages) + sorted(set(grades) - set(messages))  # deleted cells come last
-        return [TestResult(name, messages.get(name, ("", ""))[0], grades[name].score,
-                           grades[name].max_score, messages.get(name, ("", ""))[1])
-                for name in order if name in grades]
+    shutil.rmtree(course.grading / ".check", ignore_errors=True)  # the shared scratch folder of earlier versions
+    with tempfile.TemporaryDirectory(prefix="autograder-check-") as folder:
+        scratch = _scratch_course(course, assignment, Path(folder))
+        submitted = scratch.grading / "submitted" / STUDENT / assignment
+        submitted.mkdir(parents=True)
+        shutil.copy(notebook, submitted / f"{assignment}.ipynb")
+        # The student's own notebook on their own machine: nothing to protect from it, so no sandbox.
+        limits = Limits(threads=os.cpu_count() or 1, sandbox="off")
+        [row] = grade(scratch, assignment, jobs=1, limits=limits, force=True, progress=open(os.devnull, "w"))
+        if row.status == "invalid notebook":
+            raise CourseError(f"{notebook} could not be graded: {row.detail}")
+        graded = scratch.grading / "autograded" / STUDENT / assignment / f"{assignment}.ipynb"
+        messages = _failure_messages(graded)
+        with scratch.gradebook() as gb:
+            grades = {g.name: g for g in gb.find_submission_notebook(assignment, assignment, STUDENT).grades}
+            order = list(messages) + sorted(set(grades) - set(messages))  # deleted cells come last
+            return [TestResult(name, messages.get(name, ("", ""))[0], grades[name].score,
+                               grades[name].max_score, messages.get(name, ("", ""))[1])
+                    for name in order if name in grades]
 
 
-def _scratch_course(course: Course, assignment: str) -> Course:
-    """A private copy of the course in ``grading/.check/`` holding only ``assignment``'s tests.
+def _scratch_course(course: Course, assignment: str, folder: Path) -> Course:
+    """A private course in ``folder`` holding only ``assignment``'s notebook (of the tests) and its data.
 
-    It is kept between checks, so its gradebook is made once: grading syncs it again only when
-    the solutions have changed (``autograder.grading.grade._sync_gradebook``), and a check
-    needs no nbgrader process. Only the one student ``me`` is ever graded in it.
+    Its gradebook is a copy of the one made for this version of the tests (``grading/.check-cache/``),
+    so grading finds it in sync and starts no nbgrader step; the first check of a version makes it.
     """
-    scratch = Course(course.grading / ".check")
-    target = scratch.solutions / assignment
-    shutil.rmtree(target, ignore_errors=True)
-    shutil.copytree(tests_source(course) / assignment, target,
-                    ignore=shutil.ignore_patterns(".*", "__pycache__"))
+    scratch = Course(folder)
+    source, target = tests_source(course) / assignment, scratch.solutions / assignment
+    target.mkdir(parents=True)
+    for path in source.iterdir():
+        if path.name.startswith(".") or path.name == "__pycache__":
+            continue
+        if path.is_dir():
+            shutil.copytree(path, target / path.name, ignore=shutil.ignore_patterns(".*", "__pycache__"))
+        elif path.suffix != ".ipynb" or path.name == f"{assignment}.ipynb":  # not Untitled.ipynb and friends
+            shutil.copy2(path, target / path.name)
+    digest = hashlib.sha256()
+    for path in sorted(target.rglob("*")):
+        if path.is_file():
+            digest.update(str(path.relative_to(target)).encode() + hashlib.sha256(path.read_bytes()).digest())
+    cache = course.grading / ".check-cache" / f"{assignment}-{digest.hexdigest()[:16]}.db"
+    scratch.grading.mkdir(parents=True)
+    if cache.is_file():
+        shutil.copy(cache, scratch.grading / "gradebook.db")
+        mark_synced(scratch, assignment)
+    else:
+        sync_gradebook(scratch, assignment)  # nbgrader's generate_assignment, once per version of the tests
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        partial = cache.with_name(f"{cache.name}.{os.getpid()}.partial")
+        shutil.copy(scratch.grading / "gradebook.db", partial)
+        os.replace(partial, cache)  # whole or not at all, whoever else is checking
     return scratch
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -51,3 +52,74 @@ def test_check_of_a_missing_notebook_is_one_clear_line(tmp_path):
     result = _check(tmp_path / "nope.ipynb")
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [f"error: no notebook at {tmp_path / 'nope.ipynb'}"]
+
+
+def _course_copy(tmp_path, with_solutions: bool = True):
+    import shutil
+
+    root = tmp_path / "course-copy"
+    for folder in ("solutions", "course") if with_solutions else ("course",):
+        shutil.copytree(REPO / folder, root / folder)
+    return root
+
+
+def _check_in(root, path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "autograder", "check", str(path)], capture_output=True, text=True,
+                          cwd=root, env={**os.environ, "AUTOGRADER_COURSE_ROOT": str(root)})
+
+
+UNTITLED = {"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+
+
+@pytest.mark.slow
+def test_check_ignores_other_notebooks_and_leaves_nothing_a_later_check_trips_on(tmp_path):
+    root = _course_copy(tmp_path)
+    solution = root / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+    mine = tmp_path / "mine" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"  # where a student keeps a copy
+    mine.parent.mkdir(parents=True)
+    mine.write_bytes(solution.read_bytes())
+    before = _check_in(root, mine)
+    assert before.returncode == 0 and "score: 11 / 11" in before.stdout, before.stdout + before.stderr
+    blank = _check_in(root, root / "course" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb")  # a check that fails
+    assert blank.returncode == 1 and "score: 0 / 11" in blank.stdout
+    for folder in ("solutions", "course"):  # JupyterLab's "+" in the assignment's folders
+        (root / folder / ASSIGNMENT / "Untitled.ipynb").write_text(json.dumps(UNTITLED))
+    again = _check_in(root, mine)
+    assert (again.returncode, again.stdout) == (0, before.stdout), again.stdout + again.stderr
+    renamed = mine.with_name("my copy of the assignment.ipynb")  # named by its folder instead
+    mine.rename(renamed)
+    assert _check_in(root, renamed).stdout == before.stdout
+    assert not (root / "grading" / ".check").exists()
+
+
+@pytest.mark.slow
+def test_two_checks_at_once_and_a_check_after_the_tests_changed(tmp_path):
+    root = _course_copy(tmp_path)
+    solution = root / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+    runs = [subprocess.Popen([sys.executable, "-m", "autograder", "check", str(solution)], cwd=root,
+                             env={**os.environ, "AUTOGRADER_COURSE_ROOT": str(root)}, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outputs = [run.communicate(timeout=300) for run in runs]
+    assert [run.returncode for run in runs] == [0, 0], outputs
+    assert all("score: 11 / 11" in out for out, _ in outputs)
+    notebook = json.loads(solution.read_text())  # the instructor changes a hidden test
+    for cell in notebook["cells"]:
+        if cell["metadata"].get("nbgrader", {}).get("grade_id") == "test_sqrt":
+            cell["source"] = "".join(cell["source"]).replace(
+                "### END HIDDEN TESTS", "assert False, 'a test added later'\n### END HIDDEN TESTS").splitlines(True)
+    solution.write_text(json.dumps(notebook))
+    mine = tmp_path / f"{ASSIGNMENT}.ipynb"
+    mine.write_text(json.dumps(notebook))
+    changed = _check_in(root, mine)
+    assert changed.returncode == 1 and "a test added later" in changed.stdout, changed.stdout + changed.stderr
+
+
+@pytest.mark.slow
+def test_check_in_a_student_distribution_ignores_an_untitled_notebook(tmp_path):
+    root = _course_copy(tmp_path, with_solutions=False)
+    blank = root / "course" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+    before = _check_in(root, blank)
+    (blank.parent / "Untitled.ipynb").write_text(json.dumps(UNTITLED))
+    after = _check_in(root, blank)
+    assert (after.returncode, after.stdout) == (before.returncode, before.stdout) == (1, before.stdout)
+    assert "score: 0 / " in after.stdout and "Traceback" not in after.stderr and "see the above" not in after.stderr

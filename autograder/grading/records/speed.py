@@ -24,6 +24,7 @@ this process.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 import tempfile
@@ -140,10 +141,28 @@ def sync_assignment(course: Course, assignment: str) -> None:
         config.Application.log_level = "ERROR"
         app = GenerateAssignment(coursedir=CourseDirectory(config=config), config=config)
         app.force = True
+        said = _ErrorLines()
+        app.log.addHandler(said)  # nbgrader logs the reason and raises "Please see the above traceback"
         try:
             app.start()
         except NbGraderException as error:
-            raise CourseError(f"nbgrader generate_assignment {assignment} failed: {error}") from error
+            why = said.lines[-1] if said.lines else str(error)
+            raise CourseError(f"nbgrader could not record assignment {assignment} in the gradebook: {why}") from error
+        finally:
+            app.log.removeHandler(said)
+
+
+class _ErrorLines(logging.Handler):
+    """The error lines nbgrader logs (its exception says only "Please see the above traceback")."""
+
+    def __init__(self) -> None:
+        super().__init__(level=logging.ERROR)
+        self.lines: list[str] = []
+
+    def emit(self, record) -> None:
+        line = record.getMessage().strip().splitlines()
+        if line and "above traceback" not in line[-1]:
+            self.lines.append(line[-1][:300])
 
 
 def skip_iri_format_checks() -> None:
