@@ -22,6 +22,7 @@ import string
 from pathlib import Path
 
 from autograder.authoring.colab import add_setup_cell, binder_url, checked_repository, links_table, student_repository
+from autograder.authoring.hints import answer_hints, restore_answer_hints, strip_notebook
 from autograder.course import Course, CourseError
 
 TEMPLATES = Path(__file__).resolve().parent / "student_edition"
@@ -113,6 +114,10 @@ def publish(course: Course, out: Path, self_study: bool = False, archive: bool =
         if self_study:
             shutil.copytree(course.solutions / assignment, out / "solutions" / assignment, ignore=_junk)
     for notebook in sorted((out / "course").glob("*/*.ipynb")):
+        if self_study:  # every hint level, as in solutions/ (course/ may lack the answer level)
+            restore_answer_hints(notebook, course.solutions / notebook.parent.name / notebook.name)
+        elif answer_hints(course) == "strip":  # as `make release` made course/ (whatever state course/ is in)
+            strip_notebook(notebook)
         add_setup_cell(notebook, repository)  # installs from where this edition is published
     for module in _shipped_modules(package):
         target = out / "autograder" / module.relative_to(package)

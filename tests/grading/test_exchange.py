@@ -14,6 +14,7 @@ import sys
 
 import pytest
 
+from autograder.authoring.release import release
 from autograder.grading.grade import grade
 from conftest import filled_release, solution_answers
 
@@ -44,7 +45,10 @@ def test_release_fetch_submit_collect_and_grade_through_a_shared_exchange(course
     assert course_copy.config().Exchange.root == str(exchange)
 
     course_copy.nbgrader("generate_assignment", ASSIGNMENT, "--force", "--log-level=ERROR")
+    release(course_copy, [ASSIGNMENT])  # the README's step: answer-level hints left out (answer-hints setting)
     course_copy.nbgrader("release_assignment", ASSIGNMENT, "--force", "--log-level=ERROR")
+    outbound = (exchange / COURSE_ID / "outbound" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb").read_text()
+    assert "Hint 1</summary>" in outbound and "the answer</summary>" not in outbound
     assert (exchange / COURSE_ID / "outbound" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb").is_file()
     assert not (course_copy.grading / "exchange" / COURSE_ID).exists(), "the exchange is the configured one"
 

@@ -18,6 +18,7 @@ from nbconvert.preprocessors.sanitize import SanitizeHTML
 from nbgrader.coursedir import CourseDirectory
 from traitlets import Any, Bool, List, Unicode
 
+from autograder.authoring.hints import strip_answer_hints
 from autograder.course import Course, CourseError
 from autograder.grading.records import deadlines
 from autograder.grading.results.markup import ATTRIBUTES, STUDENT_TAGS, markdown_to_html
@@ -55,10 +56,6 @@ class SanitizeStudentHTML(SanitizeHTML):
         return super().preprocess_cell(cell, resources, index)
 
 
-# An answer-level hint block (issue 27's convention), which the graded students' edition leaves out.
-ANSWER_HINT = re.compile(r"<details>\s*<summary>\s*Hint \d+: the answer\s*</summary>.*?</details>", re.S)
-
-
 def released_markdown(coursedir: CourseDirectory, resources: dict) -> set[str]:
     """The released notebook's markdown cells, whitespace-normalised, with and without answer-level hints.
 
@@ -76,7 +73,7 @@ def released_markdown(coursedir: CourseDirectory, resources: dict) -> set[str]:
     except (OSError, ValueError):
         return set()
     sources = [c.source for c in cells if c.cell_type == "markdown"]
-    return {_normalised(s) for s in sources} | {_normalised(ANSWER_HINT.sub("", s)) for s in sources}
+    return {_normalised(s) for s in sources} | {_normalised(strip_answer_hints(s)) for s in sources}
 
 
 def _normalised(source: str) -> str:
