@@ -138,3 +138,72 @@ def test_opcheck_catches_an_undeclared_mutation_and_a_declared_one_compiles_with
     finally:
         torch.compiler.reset()
     assert torch.equal(compiled, torch.full((3,), 7.0))
+
+
+def test_a_jacobian_over_a_50000_word_vocabulary_is_10_gb_per_row_in_float32():
+    # 05, mistake 5: 50 000^2 float32 entries per row, 10 TB for a batch of 1000 rows.
+    per_row = 50_000 ** 2 * torch.empty((), dtype=torch.float32).element_size()
+    assert per_row == 10 * 10 ** 9 and 1000 * per_row == 10 * 10 ** 12
+
+
+def test_torch_func_sums_an_unreduced_gradient_as_silently_as_autograd():
+    # 05: a backward that returns a (4, 3) gradient for a (3,) input is not caught by torch.func either.
+    class Unreduced(Function):
+        generate_vmap_rule = True
+
+        @staticmethod
+        def forward(x, y):
+            return x + y
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            pass
+
+        @staticmethod
+        def backward(ctx, g):
+            return g, g  # g is (4, 3): x's gradient is not summed to x's shape (3,)
+
+    from torch.func import jacrev
+
+    x, y = torch.randn(3, dtype=torch.float64), torch.randn(4, 3, dtype=torch.float64)
+    f = lambda t: Unreduced.apply(t, y).sum()  # noqa: E731
+    assert grad(f)(x).shape == (3,) and torch.allclose(grad(f)(x), torch.full((3,), 4.0, dtype=torch.float64))
+    assert vmap(grad(f))(torch.randn(2, 3, dtype=torch.float64)).shape == (2, 3)
+    assert jacrev(lambda t: Unreduced.apply(t, y))(x).shape == (4, 3, 3)
+    leaf = x.clone().requires_grad_()
+    assert torch.autograd.grad(Unreduced.apply(leaf, y).sum(), leaf)[0].shape == (3,)
+
+
+def test_function_backward_documentation_asks_for_the_gradient_of_each_input_not_its_shape():
+    # 04 quotes it: the docstring says "the gradient w.r.t. the corresponding input", nothing about shapes.
+    doc = " ".join(Function.backward.__doc__.split())
+    assert "each returned value should be the gradient w.r.t. the corresponding input" in doc
+    assert "same shape" not in doc
+
+
+def test_forward_mode_through_a_custom_op_without_jvp_loses_the_tangent_or_refuses():
+    # 09: with no gradient needed the tangent is silently None; with one, torch raises NotImplementedError.
+    import torch.autograd.forward_ad as fwAD
+
+    @torch.library.custom_op("facts09::sum_of_squares", mutates_args=())
+    def sum_of_squares(x: torch.Tensor) -> torch.Tensor:
+        return torch.from_numpy((x.numpy() ** 2).sum(-1))
+
+    @sum_of_squares.register_fake
+    def _(x):
+        return x.new_empty(x.shape[:-1])
+
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return 2 * x * g[..., None]
+
+    sum_of_squares.register_autograd(backward, setup_context=setup_context)
+    ones = torch.ones(2, 3, dtype=torch.float64)
+    with fwAD.dual_level():
+        assert fwAD.unpack_dual(sum_of_squares(fwAD.make_dual(torch.randn(2, 3, dtype=torch.float64), ones))).tangent is None
+        primal = torch.randn(2, 3, dtype=torch.float64, requires_grad=True)
+        with pytest.raises(NotImplementedError, match="You must implement the jvp function"):
+            sum_of_squares(fwAD.make_dual(primal, ones))
