@@ -134,10 +134,33 @@ def publish(course: Course, out: Path, self_study: bool = False, archive: bool =
         shutil.copytree(course.root / "binder", out / "binder", ignore=_junk)
     (out / "environment.yml").write_text(_student_environment(course), encoding="utf-8")
     (out / "Makefile").write_text((TEMPLATES / "Makefile").read_text(encoding="utf-8"), encoding="utf-8")
+    (out / ".gitignore").write_text((TEMPLATES / "gitignore").read_text(encoding="utf-8"), encoding="utf-8")
+    if (course.root / "LICENSE").is_file():
+        shutil.copyfile(course.root / "LICENSE", out / "LICENSE")
+    _students_jupyter(out / "autograder" / "authoring")
     (out / "README.md").write_text(_readme(course, self_study, repository, assignments), encoding="utf-8")
     if archive:
         shutil.make_archive(str(out), "zip", root_dir=out.parent, base_dir=out.name)
     return out
+
+
+# nbgrader's instructor tools, off in the students' edition (its Makefile points JUPYTER_CONFIG_PATH at the
+# folder these files go to; the instructor's repository uses the same folder with them on).
+INSTRUCTOR_SERVER_EXTENSIONS = ("nbgrader.server_extensions.formgrader", "nbgrader.server_extensions.course_list")
+INSTRUCTOR_LAB_PLUGINS = ("@jupyter/nbgrader:formgrader", "@jupyter/nbgrader:create-assignment",
+                          "@jupyter/nbgrader:course-list")
+
+
+def _students_jupyter(config: Path) -> None:
+    """Jupyter settings of the edition: the formgrader, Create Assignment and the course list off."""
+    import json
+
+    config.mkdir(parents=True, exist_ok=True)
+    (config / "jupyter_server_config.json").write_text(json.dumps(
+        {"ServerApp": {"jpserver_extensions": {name: False for name in INSTRUCTOR_SERVER_EXTENSIONS}}}, indent=2))
+    (config / "labconfig").mkdir(exist_ok=True)
+    (config / "labconfig" / "page_config.json").write_text(json.dumps(
+        {"disabledExtensions": {name: True for name in INSTRUCTOR_LAB_PLUGINS}}, indent=2))
 
 
 def _junk(folder: str, names: list[str]) -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import subprocess
 import sys
 import zipfile
@@ -215,3 +216,25 @@ def test_a_class_gets_the_assignments_released_so_far_and_nothing_later(tmp_path
     result = subprocess.run([sys.executable, "-m", "autograder", "publish", "no_such_assignment", "--repository",
                              CLASS_REPOSITORY, "--out", str(tmp_path / "other")], cwd=REPO, capture_output=True, text=True)
     assert result.returncode != 0 and "no_such_assignment" in result.stderr and not (tmp_path / "other").exists()
+
+
+def test_the_edition_has_a_gitignore_a_license_and_no_instructor_tools_in_jupyter(dist):
+    ignored = (dist / ".gitignore").read_text().split()
+    assert {".venv/", "grading/", "*.egg-info/", "__pycache__/", ".ipynb_checkpoints/"} <= set(ignored)
+    assert (dist / "LICENSE").read_text() == (REPO / "LICENSE").read_text()
+    config = dist / "autograder" / "authoring"  # the edition's Makefile points JUPYTER_CONFIG_PATH here
+    env = {**os.environ, "JUPYTER_CONFIG_PATH": str(config)}
+    servers = subprocess.run([sys.executable, "-c", (
+        "import json; from jupyter_core.paths import jupyter_config_path; "
+        "from jupyter_server.extension.config import ExtensionConfigManager; "
+        "print(json.dumps(ExtensionConfigManager(read_config_path=jupyter_config_path()).get_jpserver_extensions()))")],
+        env=env, capture_output=True, text=True, check=True)
+    enabled = json.loads(servers.stdout)
+    assert enabled["nbgrader.server_extensions.formgrader"] is False and enabled["nbgrader.server_extensions.course_list"] is False
+    assert enabled["nbgrader.server_extensions.validate_assignment"] and enabled["nbgrader.server_extensions.assignment_list"]
+    lab = subprocess.run([sys.executable, "-m", "jupyterlab.labextensions", "list"], env=env, capture_output=True, text=True)
+    listed = lab.stdout + lab.stderr
+    disabled = listed.split("Disabled extensions:")[1] if "Disabled extensions:" in listed else ""
+    assert all(p in disabled for p in ("@jupyter/nbgrader:formgrader", "@jupyter/nbgrader:create-assignment",
+                                       "@jupyter/nbgrader:course-list")), listed[-2000:]
+    assert "validate-assignment" not in disabled
