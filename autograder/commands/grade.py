@@ -71,8 +71,8 @@ def run(args, course: Course) -> int:
     counts: dict[str, int] = {}
     for r in rows:
         counts[r.status] = counts.get(r.status, 0) + 1
-    print(", ".join(f"{n} {s}" for s, n in counts.items()) + f"; wrote {course.grading / GRADES_CSV}")
     print(decided_by_whom(rows))
+    print(", ".join(f"{n} {s}" for s, n in counts.items()) + f"; wrote {course.grading / GRADES_CSV}")
     reasons: dict[str, list[str]] = {}
     for r in rows:
         if r.regraded:

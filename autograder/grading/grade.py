@@ -45,7 +45,9 @@ from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, Clea
 from autograder.course import Course, CourseError
 from autograder.grading.records import deadlines
 from autograder.grading.records.grades import Row, worsen, write_grades_csv
-from autograder.grading.records.submissions import InvalidNotebook, read_submission, write_problem_notebook
+from autograder.grading.records.submissions import (
+    InvalidNotebook, graded_ids, read_submission, write_problem_notebook, wrong_assignment,
+)
 from autograder.grading.running import referee
 from autograder.grading.running import sandbox
 from autograder.grading.running.confinement import Limits, SandboxRefused, confine
@@ -214,6 +216,7 @@ class _Grader:
         # The sanitized notebooks, kept here: student code runs in the staging folder and may overwrite them.
         self.sanitized: dict[tuple[str, str], object] = {}
         self.trusted: dict[str, dict] = {}  # notebook -> the instructor's cells the referee runs
+        self.graded_cells: dict[str, dict[str, set[str]]] = {}  # notebook -> grade_ids by assignment
         with Gradebook(self.db_url, self.coursedir.course_id) as gb:
             if self.deadline_managed:
                 deadlines.record_due_date(gb, assignment, self.deadline)
@@ -299,7 +302,11 @@ class _Grader:
                 problem = f"{notebook_id}.ipynb is missing from the submission"
             else:
                 try:
-                    nb = self._sanitize(read_submission(path), student, notebook_id)
+                    submitted = read_submission(path)
+                    why = wrong_assignment(submitted, self.assignment, self._graded_cells(notebook_id))
+                    if why:
+                        raise InvalidNotebook(why)
+                    nb = self._sanitize(submitted, student, notebook_id)
                 except InvalidNotebook as error:
                     problem = f"{notebook_id}.ipynb: {error}"
             if problem:
@@ -317,6 +324,16 @@ class _Grader:
                     cell["grade_id"] = referee.test_cell_id(original)
             tasks.append(Task(student, notebook_id, cells, str(staging), self.limits, env, self._trusted(notebook_id)))
         return row, tasks
+
+    def _graded_cells(self, notebook_id: str) -> dict[str, set[str]]:
+        """The graded cells' ids of this notebook's source, and of every other assignment: which notebook is which."""
+        if notebook_id not in self.graded_cells:
+            cells = {a: set().union(*[graded_ids(nbformat.read(nb, as_version=4)) for nb in self.course.notebooks(a)])
+                     for a in self.course.assignments() if a != self.assignment}
+            source = self.course.solutions / self.assignment / f"{notebook_id}.ipynb"
+            cells[self.assignment] = graded_ids(nbformat.read(source, as_version=4))
+            self.graded_cells[notebook_id] = cells
+        return self.graded_cells[notebook_id]
 
     def _trusted(self, notebook_id: str) -> dict:
         """The instructor's cells the referee runs, read once per notebook from the source."""

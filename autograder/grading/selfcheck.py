@@ -51,6 +51,7 @@ def check_notebook(notebook: Path, course: Course) -> list[TestResult]:
     if not notebook.is_file():
         raise CourseError(f"no notebook at {notebook}")
     assignment = _assignment_of(notebook, course)
+    _same_assignment(notebook, course, assignment)
     shutil.rmtree(course.grading / ".check", ignore_errors=True)  # the shared scratch folder of earlier versions
     with tempfile.TemporaryDirectory(prefix="autograder-check-") as folder:
         scratch = _scratch_course(course, assignment, Path(folder))
@@ -104,6 +105,22 @@ def _scratch_course(course: Course, assignment: str, folder: Path) -> Course:
         shutil.copy(scratch.grading / "gradebook.db", partial)
         os.replace(partial, cache)  # whole or not at all, whoever else is checking
     return scratch
+
+
+def _same_assignment(notebook: Path, course: Course, assignment: str) -> None:
+    """A clear error if ``notebook`` is another assignment's (renamed), before it is graded with NameErrors."""
+    from autograder.grading.records.submissions import InvalidNotebook, graded_ids, read_submission, wrong_assignment
+
+    try:
+        mine = read_submission(notebook)
+    except InvalidNotebook as error:
+        raise CourseError(f"{notebook} could not be graded: {error}") from None
+    source = tests_source(course)
+    cells = {a: set().union(*[graded_ids(json.loads(p.read_text(encoding="utf-8"))) for p in (source / a).glob(f"{a}.ipynb")])
+             for a in course.assignments()}
+    why = wrong_assignment(mine, assignment, cells)
+    if why:
+        raise CourseError(f"{notebook.name}: {why}")
 
 
 def tests_source(course: Course) -> Path:

@@ -20,7 +20,7 @@ from conftest import CLASS_REPOSITORY, REPO, filled_release, read_notebook, solu
 
 ASSIGNMENT = "01_first_function"
 MARKERS = ("BEGIN SOLUTION", "BEGIN HIDDEN TESTS")
-SHORTEST_SECRET = 10  # shorter lines ("pass", "return x", "]") are not telling
+SHORTEST_SECRET = 12  # shorter lines ("pass", "return x", "return None", "]") are not telling
 
 
 @pytest.fixture(scope="module")

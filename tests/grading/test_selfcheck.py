@@ -123,3 +123,22 @@ def test_check_in_a_student_distribution_ignores_an_untitled_notebook(tmp_path):
     after = _check_in(root, blank)
     assert (after.returncode, after.stdout) == (before.returncode, before.stdout) == (1, before.stdout)
     assert "score: 0 / " in after.stdout and "Traceback" not in after.stderr and "see the above" not in after.stderr
+
+
+@pytest.mark.slow
+def test_another_assignments_notebook_under_this_name_is_named_by_check_and_by_grade(tmp_path):
+    root = _course_copy(tmp_path)
+    other = "02_saving_for_backward"
+    renamed = tmp_path / f"{ASSIGNMENT}.ipynb"
+    renamed.write_bytes((root / "course" / other / f"{other}.ipynb").read_bytes())
+    checked = _check_in(root, renamed)
+    assert checked.returncode == 2 and "NameError" not in checked.stdout + checked.stderr
+    assert f"this looks like assignment {other}'s notebook, not {ASSIGNMENT}'s" in checked.stderr
+    submitted = root / "grading" / "submitted" / "alice" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+    submitted.parent.mkdir(parents=True)
+    submitted.write_bytes(renamed.read_bytes())
+    graded = subprocess.run([sys.executable, "-m", "autograder", "grade", ASSIGNMENT, "--json"], cwd=root,
+                            env={**os.environ, "AUTOGRADER_COURSE_ROOT": str(root)}, capture_output=True, text=True)
+    [alice] = json.loads(graded.stdout)["students"]
+    assert (alice["status"], alice["score"]) == ("invalid notebook", 0.0)
+    assert f"looks like assignment {other}'s notebook" in alice["detail"]

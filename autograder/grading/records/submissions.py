@@ -45,3 +45,25 @@ def write_problem_notebook(path: Path, problem: str) -> None:
         f"## This submission could not be graded\n\n{problem}\n\nEvery test in it scores 0. "
         "Open the notebook in JupyterLab, check that it runs, save it, and hand it in again."))
     nbformat.write(nb, path)
+
+
+def graded_ids(notebook) -> set[str]:
+    """The grade_ids of a notebook's nbgrader cells (answers and tests): what says which assignment it is."""
+    found = set()
+    for cell in notebook["cells"] if isinstance(notebook, dict) else notebook.cells:
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if isinstance(meta, dict) and (meta.get("grade") or meta.get("solution")) and meta.get("grade_id"):
+            found.add(str(meta["grade_id"]))
+    return found
+
+
+def wrong_assignment(notebook, assignment: str, others: dict[str, set[str]]) -> str | None:
+    """Why ``notebook`` is not ``assignment``'s, or None: it holds more graded cells of another assignment
+    than of this one (``others``: each assignment's grade_ids, this one's included). A notebook whose test
+    cells were deleted is still this assignment's: its tests are put back when it is graded."""
+    mine, expected = graded_ids(notebook), others.get(assignment, set())
+    best = max((a for a in others if a != assignment), key=lambda a: len(mine & others[a]), default=None)
+    if best is None or len(mine & others[best]) <= len(mine & expected):
+        return None
+    return (f"this looks like assignment {best}'s notebook, not {assignment}'s (its graded cells are "
+            f"{best}'s): hand in your {assignment}.ipynb")
