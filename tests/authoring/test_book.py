@@ -284,3 +284,13 @@ def test_book_command_line_help():
     result = subprocess.run([sys.executable, "-m", "autograder", "book", "--help"], capture_output=True, text=True,
                             cwd=REPO)
     assert result.returncode == 0 and "--output" in result.stdout and REPOSITORY_VARIABLE in result.stdout
+
+
+def test_the_instructors_guide_is_in_the_book_and_the_readme_links_its_sources(built_book):
+    index = Page(built_book.output / "index.html")
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    for name, title in (("grading", "Grading a class"), ("guarantees", "What grading guarantees")):
+        assert f"instructors/{name}.html" in index.links and title in index.visible_text
+        assert title in Page(built_book.output / "instructors" / f"{name}.html").visible_text
+        assert f"](autograder/authoring/book/instructors/{name}.md)" in readme
+        assert (REPO / "autograder" / "authoring" / "book" / "instructors" / f"{name}.md").is_file()

@@ -36,6 +36,8 @@ from autograder.authoring.colab import binder_url, colab_url, student_repository
 from autograder.course import Course, CourseError
 
 CONF_DIR = Path(__file__).resolve().parent  # conf.py lives beside this file
+# The instructors' guide (grading, guarantees): Markdown pages of the book, linked from the README.
+INSTRUCTOR_PAGES = [CONF_DIR / "instructors" / name for name in ("grading.md", "guarantees.md")]
 TITLE = "Custom autograd Functions in PyTorch"
 OLD_MARKER = ".autograder-book"  # left by the hand-written generator this replaced: such a book/ is removed
 SPHINX_MARKER = ".buildinfo"  # Sphinx writes it into every HTML output folder
@@ -150,6 +152,8 @@ def _stage(book: list[Chapter], source: Path, repository: str | None) -> None:
     ``repository``: the students' repository for the Colab and Binder links (None: downloads only).
     """
     wanted: dict[Path, bytes] = {source / "index.md": _index(book).encode()}
+    for page in INSTRUCTOR_PAGES:  # the instructors' guide, beside the course
+        wanted[source / "instructors" / page.name] = page.read_bytes()
     for chapter in book:
         folder = chapter.solution.parent
         wanted[source / f"{chapter.page}.ipynb"] = _chapter_notebook(chapter, repository).encode()
@@ -253,6 +257,7 @@ def _work_on_it(chapter: Chapter, repository: str | None) -> str:
 
 def _index(book: list[Chapter]) -> str:
     toctree = "\n".join(chapter.page for chapter in book)
+    instructors = "\n".join(f"instructors/{page.stem}" for page in INSTRUCTOR_PAGES)
     return f"""# {TITLE}
 
 An interactive course on writing your own `backward` with `torch.autograd.Function`. Each chapter
@@ -266,6 +271,13 @@ chapter links it: Colab, Binder, or a download to open in JupyterLab), grade it 
 :caption: Chapters
 
 {toctree}
+```
+
+```{{toctree}}
+:maxdepth: 1
+:caption: For instructors
+
+{instructors}
 ```
 """
 
