@@ -120,3 +120,13 @@ def test_blank_release_fails_every_graded_test(course, assignment):
         failed = Validator(config=course.config()).validate(str(notebook)).get("failed", [])
         assert len(failed) == len(graded), (
             f"{notebook.name}: {len(graded) - len(failed)} of {len(graded)} graded tests pass without student code")
+
+
+@pytest.mark.parametrize("assignment", [a for a in Course(REPO).assignments() if a != "01_first_function"])
+def test_how_you_are_graded_is_one_line_and_a_link_to_01(assignment):
+    for folder in ("solutions", "course"):
+        cells = read_notebook(REPO / folder / assignment / f"{assignment}.ipynb")["cells"]
+        text = "\n".join(source(c) for c in cells if c["cell_type"] == "markdown")
+        assert text.count("How you are graded") == 1 and "**How you are graded:**" in text
+        assert "[how grading works](../01_first_function/01_first_function.ipynb)" in text
+    assert (REPO / "course" / "01_first_function" / "01_first_function.ipynb").is_file()  # the link's target
