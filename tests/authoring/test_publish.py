@@ -197,6 +197,14 @@ def test_check_in_the_distribution_runs_the_visible_tests(dist, tmp_path):
     for output in (right.stdout, blank.stdout):
         assert "BEGIN HIDDEN" not in output and "torch.randn(4, 5)" not in output
 
+    untitled = dist / "course" / ASSIGNMENT / "Untitled.ipynb"  # JupyterLab's "+" in the assignment's folder
+    untitled.write_text(json.dumps({"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    try:
+        again = _in_dist(dist, "-m", "autograder", "check", f"course/{ASSIGNMENT}/{ASSIGNMENT}.ipynb")
+    finally:
+        untitled.unlink()
+    assert (again.returncode, again.stdout) == (blank.returncode, blank.stdout), again.stdout + again.stderr
+
 
 def test_publishing_without_a_students_repository_stops_and_says_what_to_set(tmp_path, monkeypatch):
     monkeypatch.delenv(REPOSITORY_VARIABLE, raising=False)
