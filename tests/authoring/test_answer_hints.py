@@ -91,3 +91,21 @@ def test_keep_in_the_setting_keeps_the_answer_level_in_the_release(tmp_path):
                             env=course.environment(), capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
     assert has_answer_hints(_markdown(root / "course" / "01_first_function" / "01_first_function.ipynb"))
+
+
+# The backwards of 08's and 09's derivation exercises as the statements and hints once gave them: none may
+# appear in any of their Markdown, self-study included (the student derives them).
+GIVEN_BACKWARDS_08_09 = {
+    "08_torch_func": ["grad_output * x.clamp(-delta, delta)", r"h_\delta'(x) = \operatorname{clamp}",
+                      "flip(-1).cumsum(-1).flip(-1)", r"\sum_{i \ge j} g_i", r"= e^{x_i - \mathrm{lse}(x)}",
+                      "softmax = torch.exp(x - output.unsqueeze(-1))", r"\sum_i \mathrm{softmax}_i\, t_i"],
+    "09_production_pytorch": [r"\mathbb{1}[\,|w| \le 1\,]", "(w.abs() <= 1).to(grad_output.dtype)",
+                              r"w_{ij} = g_{ij} / D_{ij}", "-weighted.sum(0)"],
+}
+
+
+@pytest.mark.parametrize("assignment", sorted(GIVEN_BACKWARDS_08_09))
+def test_08_and_09_give_no_backward_to_derive_in_statements_or_hints(assignment):
+    for folder in ("solutions", "course"):
+        text = _markdown(REPO / folder / assignment / f"{assignment}.ipynb")
+        assert [given for given in GIVEN_BACKWARDS_08_09[assignment] if given in text] == [], folder
