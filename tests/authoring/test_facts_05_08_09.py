@@ -207,3 +207,16 @@ def test_forward_mode_through_a_custom_op_without_jvp_loses_the_tangent_or_refus
         primal = torch.randn(2, 3, dtype=torch.float64, requires_grad=True)
         with pytest.raises(NotImplementedError, match="You must implement the jvp function"):
             sum_of_squares(fwAD.make_dual(primal, ones))
+
+
+def test_torch_utils_checkpoint_replays_the_random_state_in_its_recomputation():
+    # 09's checkpointing exercise: a dropout inside a checkpointed block drops the same elements twice.
+    from torch.utils.checkpoint import checkpoint
+
+    x = torch.randn(6, 5, requires_grad=True)
+    block = lambda t: F.dropout(t, 0.5, training=True) * 3  # noqa: E731
+    torch.manual_seed(0)
+    (checkpointed,) = torch.autograd.grad(checkpoint(block, x, use_reentrant=False).sum(), x)
+    torch.manual_seed(0)
+    (plain,) = torch.autograd.grad(block(x).sum(), x)
+    assert torch.equal(checkpointed, plain) and (plain == 0).any()
