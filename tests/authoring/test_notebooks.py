@@ -120,6 +120,9 @@ def test_blank_release_fails_every_graded_test(course, assignment):
         failed = Validator(config=course.config()).validate(str(notebook)).get("failed", [])
         assert len(failed) == len(graded), (
             f"{notebook.name}: {len(graded) - len(failed)} of {len(graded)} graded tests pass without student code")
+        # JupyterLab's Validate button shows these: an exercise not done yet is one plain line, not a traceback.
+        plain = "NotImplementedError: not done yet (replace `raise NotImplementedError()` with your code)"
+        assert any(f["error"].strip() == plain for f in failed), f"{notebook.name}: {failed[0]['error'][:500]}"
 
 
 @pytest.mark.parametrize("assignment", [a for a in Course(REPO).assignments() if a != "01_first_function"])
