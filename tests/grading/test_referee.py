@@ -212,7 +212,7 @@ def test_in_grading_a_forged_pass_is_overruled_and_an_honest_notebook_keeps_ever
     result = execute(exits, str(tmp_path), Limits(cell_timeout=30), {}, trusted)
     assert (result.status, _errors(result, exits, "test_cube_forward")) == ("kernel died", [
         "Cube: could not be checked: your notebook's process sent no answer (found by the grader's own check, which "
-        "repeats this cell's checks outside your notebook's process, on new random inputs)"])
+        "runs this cell's checks outside your notebook's process, on new random inputs)"])
     again = execute(_cells(), str(tmp_path), Limits(cell_timeout=30), {}, trusted)
     assert again.status == "graded" and again.judged == honest.judged
 

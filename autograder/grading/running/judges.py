@@ -339,7 +339,7 @@ def _unanswered(reply) -> str | None:
 
 def _found(name: str, problem: str, named: bool = False) -> str:
     """A referee's failure as the student reads it: what is wrong, and that the grader's own check found it."""
-    return (f"{'' if named else name + ': '}{problem} (found by the grader's own check, which repeats this cell's "
+    return (f"{'' if named else name + ': '}{problem} (found by the grader's own check, which runs this cell's "
             f"checks outside your notebook's process, on new random inputs)")
 
 
