@@ -28,6 +28,7 @@ from pathlib import Path
 from autograder.course import Course, CourseError
 from autograder.grading.running.confinement import Limits
 from autograder.grading.grade import grade, mark_synced, sync_gradebook
+from autograder.grading.running.kernel import NOT_DONE
 
 STUDENT = "me"
 
@@ -145,9 +146,12 @@ def _failure_messages(graded: Path) -> dict[str, tuple[str, str]]:
             continue
         source = "".join(cell["source"]).strip()
         description = source.splitlines()[0].removeprefix("# Test:").strip() if source else ""
-        errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
-        message = f"{errors[0]['ename']}: {errors[0]['evalue']}" if errors else ""
-        if message == "NotImplementedError: ":
-            message = "NotImplementedError: not done yet (replace `raise NotImplementedError()` with your code)"
-        found[meta["grade_id"]] = (description, message)
+        messages = []  # every error of the cell: its own, then what the grader's referee found
+        for error in (o for o in cell.get("outputs", []) if o.get("output_type") == "error"):
+            message = f"{error['ename']}: {error['evalue']}"
+            if message == "NotImplementedError: " or "(NotImplementedError: )" in message:  # left as released
+                message = f"NotImplementedError: {NOT_DONE}"
+            if message not in messages:
+                messages.append(message)
+        found[meta["grade_id"]] = (description, "\n".join(messages))
     return found

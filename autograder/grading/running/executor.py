@@ -159,15 +159,13 @@ def execute(cells: list[dict], cwd: str, limits: Limits = Limits(),
                         result.status, result.cell = status, index
                     timed_out = timed_out or status == "timed out"
                     if referee is not None and cells[index].get("grade_id"):
-                        # A cell that failed in the student's process fails whatever the referee finds; but
-                        # where the referee holds its hidden tests, their verdict comes first (it may name the
-                        # mistake: 05's diagnoses), before the visible part's own error.
+                        # A cell that failed in the student's process fails whatever the referee finds; where
+                        # the referee holds its hidden tests it still says what they found (it may name the
+                        # mistake: 05's diagnoses), after the visible part's own error.
                         failed_here = any(o["output_type"] == "error" for o in outputs)
                         if not failed_here or index in result.decided:
                             result.judged[index], failure = referee.judge(cells[index]["grade_id"], receive, child)
-                            if failure and failed_here:
-                                result.outputs[index].insert(0, error_output("AssertionError", failure))
-                            elif failure:
+                            if failure:
                                 _append(result, index, error_output("AssertionError", failure))
                         if referee.child_gone:
                             why = referee.child_gone
