@@ -66,6 +66,17 @@ def running_jupyter(app: str, course: Course, env: dict[str, str], log_path: Pat
                 server.wait()
 
 
+@contextmanager
+def jupyter_server(course: Course) -> Iterator[tuple[str, str]]:
+    """``jupyter server`` as `make lab` starts it on ``course`` (its environment: the course's nbgrader
+    config), with nbgrader's formgrader on as nbgrader's install enables it: yields (base URL, token)."""
+    env = {**course.environment(), "JUPYTER_RUNTIME_DIR": str(course.root / "grading" / ".runtime")}
+    # (etc/jupyter/jupyter_server_config.d/nbgrader.json enables it in an instructor's installation)
+    with running_jupyter("server", course, env, course.root / "grading" / "jupyter-server.log",
+                         ["--ServerApp.jpserver_extensions=nbgrader.server_extensions.formgrader=True"]) as server:
+        yield server
+
+
 @pytest.fixture(scope="session")
 def course() -> Course:
     return Course(REPO)

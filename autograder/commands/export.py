@@ -34,4 +34,8 @@ def run(args, course: Course) -> int:
         print(f"Canvas cannot match {len(result.without_lms_id)} students without an lms_user_id in the roster "
               f"({', '.join(result.without_lms_id)}): add the column to the roster, import it again "
               "(`python -m autograder roster CSV`) and export again", file=sys.stderr)
+    if result.to_grade_by_hand:
+        waiting = sum(result.to_grade_by_hand.values())
+        print(f"{waiting} answer{'s' * (waiting != 1)} of {len(result.to_grade_by_hand)} students still to grade by "
+              f"hand (formgrader), exported as 0: {', '.join(result.to_grade_by_hand)}", file=sys.stderr)
     return 0

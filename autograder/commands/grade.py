@@ -62,9 +62,11 @@ def run(args, course: Course) -> int:
             counts[r.status] = counts.get(r.status, 0) + 1
         print_json({"assignment": args.assignment, "grades_csv": course.grading / GRADES_CSV, "counts": counts,
                     "points_in_process": max((r.points_in_process for r in rows), default=0.0),
+                    "points_by_hand": max((r.points_by_hand for r in rows), default=0.0),
                     "students": [{"student_id": r.student_id, "score": r.score, "max_score": r.max_score,
                                   "status": r.status, "detail": r.detail, "late": r.late, "penalty": r.penalty,
-                                  "regraded": r.regraded, "reused": r.reused} for r in rows]})
+                                  "regraded": r.regraded, "reused": r.reused, "to_grade_by_hand": r.to_grade_by_hand}
+                                 for r in rows]})
         return 0
     print_table(["student", "score", "status"],
                 ([r.student_id, f"{r.score:g} / {r.max_score:g}", status(r)] for r in rows), right=["score"])
@@ -93,14 +95,26 @@ def decided_by_whom(rows) -> str:
     graded = [r for r in rows if r.status != "missing"]
     in_process = max((r.points_in_process for r in graded), default=0.0)
     total = max((r.max_score for r in graded), default=0.0)
+    by_hand = max((r.points_by_hand for r in graded), default=0.0)
     if not in_process:
-        return f"every test cell's points ({total:g}) decided by the referee, outside the students' processes"
-    return (f"{in_process:g} of {total:g} points decided in the student's process (test cells the referee cannot "
-            f"check outside it; guarded by the tamper guard only: see the book's Guarantees page)")
+        line = (f"every test cell's points ({total - by_hand:g}) decided by the referee, outside the students' "
+                f"processes")
+    else:
+        line = (f"{in_process:g} of {total - by_hand:g} test points decided in the student's process (test cells "
+                f"the referee cannot check outside it; guarded by the tamper guard only: see the book's Guarantees "
+                f"page)")
+    if by_hand:
+        waiting = sum(r.to_grade_by_hand for r in graded)
+        line += (f"; {by_hand:g} points are answers graded by hand"
+                 + (f": {waiting} answer{'s' * (waiting != 1)} of {sum(r.to_grade_by_hand > 0 for r in graded)} "
+                    f"students await you in the formgrader (0 until scored; feedback, report and export read your scores)"
+                    if waiting else ", all scored"))
+    return line
 
 
 def status(row) -> str:
     """A row's status as the grade table shows it: what happened, and how late (with the penalty)."""
     note = f" ({row.detail})" if row.detail else ""
     late = f"; late {row.late}" + (f", -{row.penalty:g} points" if row.penalty else "") if row.late else ""
-    return f"{row.status}{note}{late}"
+    by_hand = f"; {row.to_grade_by_hand} to grade by hand" if row.to_grade_by_hand else ""
+    return f"{row.status}{note}{late}{by_hand}"

@@ -26,7 +26,8 @@ def run(args, course: Course) -> int:
     if args.json:
         print_json({"assignment": result.assignment, "max_score": result.max_score, "scores": result.scores,
                     "exercises": [{"name": e.name, "max_score": e.max_score, "passed": e.passed, "graded": e.graded,
-                                   "pass_rate": e.pass_rate} for e in result.exercises],
+                                   "pass_rate": e.pass_rate, "by_hand": e.by_hand, "to_grade": e.to_grade}
+                                  for e in result.exercises],
                     "not_graded": result.not_graded, "statuses": result.statuses,
                     "late": {s: {"late": late, "penalty": penalty} for s, (late, penalty) in result.late.items()},
                     "files": {"summary": result.summary, "page": result.page, "histogram": result.histogram,

@@ -44,7 +44,7 @@ from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, Clea
 
 from autograder.course import Course, CourseError
 from autograder.grading.records import deadlines
-from autograder.grading.records.grades import Row, worsen, write_grades_csv
+from autograder.grading.records.grades import Row, hand_graded, worsen, write_grades_csv
 from autograder.grading.records.submissions import (
     InvalidNotebook, graded_ids, read_submission, write_problem_notebook, wrong_assignment,
 )
@@ -272,6 +272,7 @@ class _Grader:
             row.penalty = float(submission.late_submission_penalty or 0.0)
             row.score = float(submission.score) - row.penalty
             row.late = deadlines.describe_lateness(submission.total_seconds_late)
+            row.points_by_hand, row.to_grade_by_hand = hand_graded(g for n in submission.notebooks for g in n.grades)
             return True
 
     # -- before execution

@@ -31,6 +31,8 @@ from autograder.grading.grade import grade, mark_synced, sync_gradebook
 from autograder.grading.running.kernel import NOT_DONE
 
 STUDENT = "me"
+BY_HAND = "your written answer: your instructor grades it by hand, no test does"
+BLANK = "not written yet (left as released, it scores 0): your instructor grades it by hand"
 
 
 @dataclass
@@ -40,6 +42,7 @@ class TestResult:
     score: float
     max_score: float
     message: str = ""
+    by_hand: bool = False  # an answer your instructor grades by hand (a derivation): no test scores it
 
     @property
     def passed(self) -> bool:
@@ -71,6 +74,9 @@ def check_notebook(notebook: Path, course: Course) -> list[TestResult]:
             order = list(messages) + sorted(set(grades) - set(messages))  # deleted cells come last
             return [TestResult(name, messages.get(name, ("", ""))[0], grades[name].score,
                                grades[name].max_score, messages.get(name, ("", ""))[1])
+                    if grades[name].cell_type == "code" else
+                    TestResult(name, BY_HAND if grades[name].auto_score is None else BLANK, 0.0,
+                               grades[name].max_score, by_hand=True)
                     for name in order if name in grades]
 
 

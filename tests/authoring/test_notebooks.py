@@ -81,9 +81,13 @@ def test_every_exercise_is_stated_tested_visibly_and_hidden(assignment):
     ids = [nbgrader_meta(c)["grade_id"] for c in cells if nbgrader_meta(c)]
     assert len(ids) == len(set(ids)), f"duplicate grade ids: {ids}"
     exercises: list[list[dict]] = []
-    for cell in cells:
+    for index, cell in enumerate(cells):
         meta = nbgrader_meta(cell)
-        if meta.get("solution"):
+        if meta.get("solution") and cell["cell_type"] == "markdown":  # a written answer, graded by hand
+            assert meta.get("grade") and meta.get("points", 0) > 0 and exercises and exercises[-1], \
+                f"{meta['grade_id']}: a written answer has points and follows a tested exercise"
+            assert "graded by hand" in source(cells[index - 1]), f"{meta['grade_id']}: the cell above says how it is graded"
+        elif meta.get("solution"):
             exercises.append([])
         elif meta.get("grade"):
             assert exercises, f"test cell {meta['grade_id']} comes before any solution cell"

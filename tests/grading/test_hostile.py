@@ -28,7 +28,6 @@ import sys
 import threading
 import time
 import urllib.request
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,7 +37,7 @@ import autograder as autograder_package
 from autograder.course import Course
 from autograder.grading.running import sandbox
 from autograder.grading.running.protocol import NOTEBOOK_OUTPUT_CHARS
-from conftest import running_jupyter
+from conftest import jupyter_server
 from test_robustness import (ASSIGNMENT, FORGOT_GRAD_OUTPUT, MAX_SCORE, NOTEBOOK, WRONG_CUBE, Notebooks, _course,
                              autograded, autograder, code_cell, grades_csv, gradebook_scores, hidden_lines,
                              outputs_of, write_submissions)
@@ -459,16 +458,6 @@ def test_the_formgrader_serves_the_submission_with_no_student_script(run):
     finder.feed(page)
     assert [found for found in finder.found if "x-" in found] == []
     assert "<iframe" not in page
-
-
-@contextmanager
-def jupyter_server(course: Course):
-    """``jupyter server`` as `make lab` starts it on ``course`` (its environment: the course's nbgrader config)."""
-    env = {**course.environment(), "JUPYTER_RUNTIME_DIR": str(course.root / "grading" / ".runtime")}
-    # The formgrader enabled as nbgrader's install enables it (etc/jupyter/jupyter_server_config.d/nbgrader.json).
-    with running_jupyter("server", course, env, course.root / "grading" / "jupyter-server.log",
-                         ["--ServerApp.jpserver_extensions=nbgrader.server_extensions.formgrader=True"]) as server:
-        yield server
 
 
 @pytest.mark.parametrize("student", sorted(VERDICT_FORGING))

@@ -31,6 +31,18 @@ class Row:
     penalty: float = 0.0   # points taken for lateness (score is after the penalty)
     # Points of test cells decided in the student's own process, not by the referee (which its code can reach)
     points_in_process: float = field(default=0.0, compare=False)
+    # Answers the instructor grades by hand in nbgrader's formgrader (05's derivations): their points,
+    # and how many of them still await a score (they count 0 until scored)
+    points_by_hand: float = field(default=0.0, compare=False)
+    to_grade_by_hand: int = 0
+
+
+def hand_graded(grades) -> tuple[float, int]:
+    """For nbgrader ``Grade`` rows: the points of answers graded by hand (manually graded markdown
+    cells), and how many of them await the instructor (nbgrader's ``needs_manual_grade``: not scored
+    yet, or the submission was graded again since). A blank answer is scored 0 by nbgrader itself."""
+    by_hand = [g for g in grades if g.cell_type == "markdown"]
+    return float(sum(g.max_score for g in by_hand)), sum(bool(g.needs_manual_grade) for g in by_hand)
 
 
 def worsen(row: Row, status: str, detail: str) -> None:
@@ -47,7 +59,8 @@ def write_grades_csv(course: Course, assignment: str, rows: list[Row]) -> Path:
     if path.exists():
         with open(path, newline="") as f:
             kept = [r for r in csv.DictReader(f) if r.get("assignment") != assignment]
-    fields = ["student_id", "assignment", "score", "max_score", "status", "detail", "late", "penalty"]
+    fields = ["student_id", "assignment", "score", "max_score", "status", "detail", "late", "penalty",
+              "to_grade_by_hand"]
     temporary = path.with_suffix(".csv.tmp")
     with open(temporary, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=fields)
@@ -56,6 +69,7 @@ def write_grades_csv(course: Course, assignment: str, rows: list[Row]) -> Path:
         for r in rows:
             writer.writerow({"student_id": r.student_id, "assignment": r.assignment, "score": f"{r.score:g}",
                              "max_score": f"{r.max_score:g}", "status": r.status, "detail": r.detail,
-                             "late": r.late, "penalty": f"{r.penalty:g}" if r.penalty else ""})
+                             "late": r.late, "penalty": f"{r.penalty:g}" if r.penalty else "",
+                             "to_grade_by_hand": r.to_grade_by_hand or ""})
     temporary.replace(path)
     return path

@@ -21,7 +21,7 @@ from pathlib import Path
 from nbgrader.api import MissingEntry
 
 from autograder.course import Course, CourseError
-from autograder.grading.records.grades import GRADES_CSV
+from autograder.grading.records.grades import GRADES_CSV, hand_graded
 
 CANVAS_FIXED = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
 
@@ -33,6 +33,7 @@ class Export:
     per_test: Path
     students: int
     without_lms_id: list[str]  # students Canvas cannot match (no lms_user_id in the roster)
+    to_grade_by_hand: dict[str, int]  # student -> answers not yet scored in the formgrader (they count 0)
 
 
 def export(course: Course, assignment: str, out_dir: Path, canvas_column: str | None = None) -> Export:
@@ -49,6 +50,7 @@ def export(course: Course, assignment: str, out_dir: Path, canvas_column: str | 
         tests = _tests(submissions.values(), _source_order(course, assignment))
         per_test = {student: _points(submission, tests) for student, submission in submissions.items()}
         details = {sid: _person(people.get(sid)) for sid in rows}
+        to_grade = _with_hand_grades(rows, submissions)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     max_score = next(iter(rows.values()))["max_score"]
@@ -66,12 +68,12 @@ def export(course: Course, assignment: str, out_dir: Path, canvas_column: str | 
     plain = out_dir / "grades.csv"
     with _writer(plain) as writer:
         writer.writerow(["student_id", "lms_user_id", "first_name", "last_name", "email", "assignment", "score",
-                         "max_score", "status", "late", "penalty"])
+                         "max_score", "status", "late", "penalty", "to_grade_by_hand"])
         for sid, row in rows.items():
             person = details[sid]
             writer.writerow([sid, person["lms_user_id"], person["first_name"], person["last_name"], person["email"],
                              assignment, row["score"], row["max_score"], row["status"], row.get("late", ""),
-                             row.get("penalty", "")])
+                             row.get("penalty", ""), to_grade.get(sid, "") or ""])
 
     by_test = out_dir / "per_test.csv"
     with _writer(by_test) as writer:
@@ -82,7 +84,7 @@ def export(course: Course, assignment: str, out_dir: Path, canvas_column: str | 
             writer.writerow([sid] + [f"{p:g}" for p in points] + [f"{sum(points):g}"])
 
     missing_ids = [sid for sid in rows if not details[sid]["lms_user_id"]]
-    return Export(canvas, plain, by_test, len(rows), missing_ids)
+    return Export(canvas, plain, by_test, len(rows), missing_ids, {s: n for s, n in to_grade.items() if n})
 
 
 def _graded_rows(course: Course, assignment: str) -> dict[str, dict]:
@@ -94,6 +96,20 @@ def _graded_rows(course: Course, assignment: str) -> dict[str, dict]:
     if not rows:
         raise CourseError(f"no grades for {assignment} in {path}: run `python -m autograder grade {assignment}` first")
     return dict(sorted(rows.items()))
+
+
+def _with_hand_grades(rows: dict[str, dict], submissions: dict) -> dict[str, int]:
+    """Scores as the gradebook holds them now (grades.csv's are from the last `grade`, before any score
+    given by hand in the formgrader), after the same late penalty; returns each student's answers still
+    to grade by hand."""
+    to_grade = {}
+    for sid, row in rows.items():
+        submission = submissions.get(sid)
+        if submission is None or row.get("status") == "missing":
+            continue
+        row["score"] = f"{float(submission.score) - float(row.get('penalty') or 0):g}"
+        to_grade[sid] = hand_graded(g for n in submission.notebooks for g in n.grades)[1]
+    return to_grade
 
 
 def _source_order(course: Course, assignment: str) -> dict[tuple[str, str], int]:

@@ -4,8 +4,9 @@ Writes ``scores.png`` (histogram of total scores), ``pass_rates.png`` (share of 
 passed each exercise), ``summary.md`` (the numbers, exercises worst first, so the instructor
 sees what the class struggled with) and ``summary.html``: the same Markdown rendered and cleaned
 (``markup.markdown_to_html``), its two figures embedded, so the one file opens offline, mailed or
-uploaded to an LMS. An exercise is a graded test cell (grade_id); a student
-passes it when the autograder gave it full marks. If ``<grading>/grades.csv`` has a ``status``
+uploaded to an LMS. An exercise is a graded cell (grade_id): a test cell, or an answer graded by
+hand in the formgrader (05's derivations); a student passes it with full marks. Answers not yet
+scored by hand are counted apart, not as failures. If ``<grading>/grades.csv`` has a ``status``
 column, the summary also counts the grading statuses (graded, timed out, ...).
 """
 
@@ -33,6 +34,8 @@ class Exercise:
     max_score: float
     passed: int        # students with full marks
     graded: int        # students graded
+    by_hand: bool = False  # an answer the instructor scores in the formgrader (a derivation), not a test
+    to_grade: int = 0      # by hand, and not scored yet
 
     @property
     def pass_rate(self) -> float:
@@ -103,9 +106,12 @@ def _read_gradebook(course: Course, assignment: str) -> Report:
             max_score = submission.max_score
             for grade in grades:
                 name = f"{grade.notebook.name}: {grade.name}" if several_notebooks else grade.name
-                exercise = exercises.setdefault(name, Exercise(name, grade.max_score, 0, 0))
+                exercise = exercises.setdefault(name, Exercise(name, grade.max_score, 0, 0, grade.cell_type == "markdown"))
+                if exercise.by_hand and grade.needs_manual_grade:
+                    exercise.to_grade += 1  # not scored by hand yet: neither passed nor failed
+                    continue
                 exercise.graded += 1
-                if grade.auto_score is not None and grade.auto_score >= grade.max_score:
+                if grade.score >= grade.max_score:
                     exercise.passed += 1
     if not scores:
         raise CourseError(f"no graded submission of '{assignment}' in the gradebook: grade it first")
@@ -177,10 +183,14 @@ def _summary_text(result: Report) -> str:
     if result.late:
         lines.append(f"- handed in late: {len(result.late)} ("
                      + ", ".join(f"{s} {late}, penalty {p}" for s, (late, p) in result.late.items()) + ")")
+    waiting = {e.name: e.to_grade for e in result.exercises if e.to_grade}
+    if waiting:
+        lines.append(f"- answers still to grade by hand (formgrader; they count 0 in the scores above): "
+                     + ", ".join(f"{name} {count}" for name, count in waiting.items()))
     lines += ["", "## Exercises, worst first", "",
               "| exercise | points | full marks | pass rate |", "|---|---|---|---|"]
-    lines += [f"| {e.name} | {e.max_score:g} | {e.passed}/{e.graded} | {100 * e.pass_rate:.0f}% |"
-              for e in result.exercises]
+    lines += [f"| {e.name}{' (by hand)' if e.by_hand else ''} | {e.max_score:g} | {e.passed}/{e.graded} | "
+              f"{100 * e.pass_rate:.0f}% |" for e in result.exercises]
     lines += ["", f"![Total scores]({result.histogram.name})", "",
               f"![Pass rate per exercise]({result.pass_rates.name})", ""]
     return "\n".join(lines)
