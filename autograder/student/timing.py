@@ -182,17 +182,18 @@ def saved_bytes(function: Callable, *args) -> int:
 
 
 def sweep(device, sizes, variants, time_with: Callable, warmup: int = 5, repeats: int = 20,
-          log: Callable[[str], None] = lambda line: None) -> list[dict]:
-    """Time every variant, pass and size on ``device``; one row per measurement.
+          log: Callable[[str], None] = lambda line: None, passes=PASSES) -> list[dict]:
+    """Time every variant, pass (of ``passes``) and size on ``device``; one row per measurement.
 
     ``time_with(call, device, warmup, repeats)`` gives the seconds of one call: assignment 07
-    passes the student's own timing helper (the library has none of its own).
+    passes the student's own timing helper (the library has none of its own). A variant without
+    backward (copy_) is timed forward only, if "forward" is one of ``passes``.
     """
     rows = []
     for elements in sizes:
         x, bias, grad_output = workload_tensors(elements, device)
         for variant in variants:
-            for pass_ in PASSES if variant.backward else PASSES[:1]:
+            for pass_ in [p for p in passes if variant.backward or p == "forward"]:
                 call = timed_call(variant, x, bias, grad_output, pass_)
                 seconds = time_with(call, device, warmup, repeats)
                 nbytes = model_bytes(variant, x, bias, pass_)

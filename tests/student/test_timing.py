@@ -70,6 +70,9 @@ def test_cpu_threads_sets_the_count_inside_the_block_and_restores_it_after():
         rows = bench.sweep("cpu", [256, 1024], [bench.variant("built-in F.silu")], time_with=helper)
     assert torch.get_num_threads() == before
     assert seen == [others] * 4 and [r["cpu_threads"] for r in rows] == [others] * 4
+    rows = bench.sweep("cpu", [256], [bench.variant(bench.COPY), bench.variant("built-in F.silu")], time_with=helper,
+                       passes=("forward+backward",))
+    assert [(r["variant"], r["pass"], r["cpu_threads"]) for r in rows] == [("built-in F.silu", "forward+backward", before)]
     with pytest.raises(ZeroDivisionError), bench.cpu_threads(others):
         1 / 0
     assert torch.get_num_threads() == before, "restored even when the block raises"
