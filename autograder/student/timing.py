@@ -7,7 +7,8 @@ package (``data/reference_<device>.json``, found through the package so that a n
 on its own, on Colab say, finds them too) and plots both. The records themselves are made by the
 course author's ``python -m autograder.authoring.record_timings``, with these same workloads and
 helpers. This library holds no exercise answer: no custom Function, and no timing helper of its
-own (``sweep`` times with the helper it is given, ``async_demo`` with torch.utils.benchmark.Timer).
+own (``sweep`` times with the helper it is given, ``async_demo`` and ``throughput_seconds`` with
+torch.utils.benchmark.Timer; ``latency_and_throughput`` with both).
 The Functions the recordings time, and their timing helper, stay with the instructor.
 The made-up (model) two-device dataset that the analysis exercise is graded on is
 ``illustrative_dataset()``; it is labelled as a model and never presented as a measurement.
@@ -181,26 +182,78 @@ def saved_bytes(function: Callable, *args) -> int:
 
 
 def sweep(device, sizes, variants, time_with: Callable, warmup: int = 5, repeats: int = 20,
-          log: Callable[[str], None] = lambda line: None) -> list[dict]:
-    """Time every variant, pass and size on ``device``; one row per measurement.
+          log: Callable[[str], None] = lambda line: None, passes=PASSES) -> list[dict]:
+    """Time every variant, pass (of ``passes``) and size on ``device``; one row per measurement.
 
     ``time_with(call, device, warmup, repeats)`` gives the seconds of one call: assignment 07
-    passes the student's own timing helper (the library has none of its own).
+    passes the student's own timing helper (the library has none of its own). A variant without
+    backward (copy_) is timed forward only, if "forward" is one of ``passes``.
     """
     rows = []
     for elements in sizes:
         x, bias, grad_output = workload_tensors(elements, device)
         for variant in variants:
-            for pass_ in PASSES if variant.backward else PASSES[:1]:
+            for pass_ in [p for p in passes if variant.backward or p == "forward"]:
                 call = timed_call(variant, x, bias, grad_output, pass_)
                 seconds = time_with(call, device, warmup, repeats)
                 nbytes = model_bytes(variant, x, bias, pass_)
                 rows.append({"device": torch.device(device).type, "workload": variant.workload,
                              "variant": variant.name, "pass": pass_, "elements": elements,
-                             "bytes": nbytes, "seconds": seconds})
+                             "bytes": nbytes, "seconds": seconds, "cpu_threads": torch.get_num_threads()})
                 log(f"{rows[-1]['device']:4s} {variant.name:28s} {pass_:16s} {elements:>10d}  "
                     f"{seconds * 1e6:11.1f} us  {nbytes / seconds / 1e9:8.2f} GB/s")
         del x, bias, grad_output
+    return rows
+
+
+@contextlib.contextmanager
+def cpu_threads(threads: int):
+    """Run the ``with`` block with torch on ``threads`` CPU threads; the count before is restored after it.
+
+    ``with bench.cpu_threads(os.cpu_count()): rows = bench.sweep("cpu", ...)`` times the CPU with all
+    of its cores in a notebook that otherwise runs on one thread.
+    """
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield threads
+    finally:
+        torch.set_num_threads(before)
+
+
+def throughput_seconds(call: Callable[[], object], synchronize: Callable[[], object], calls: int = 10,
+                       blocks: int = 3, clock: Callable[[], float] = time.perf_counter) -> float:
+    """Seconds per call of ``call`` when calls run back to back: throughput, not latency.
+
+    torch.utils.benchmark.Timer runs ``calls`` calls between two clock reads, and the clock it is
+    given waits for the device (``synchronize``) before reading: one synchronisation per block of
+    calls, so an asynchronous device works on one call while the next is launched. The median
+    over ``blocks`` blocks (each after Timer's own warm-up), divided by ``calls``.
+    """
+    def synchronised_clock():
+        synchronize()
+        return clock()
+
+    timer = Timer("call()", globals={"call": call}, timer=synchronised_clock, num_threads=torch.get_num_threads())
+    return statistics.median(timer.timeit(calls).median for _ in range(blocks))
+
+
+def latency_and_throughput(sizes, call_at: Callable[[int], Callable[[], object]], time_with: Callable,
+                           synchronize: Callable[[], object], device="cpu", warmup: int = 1, repeats: int = 5,
+                           calls: int = 10, blocks: int = 3) -> list[dict]:
+    """One call's seconds at every size, measured two ways; one row per size.
+
+    ``latency``: ``time_with(call, device, warmup=, repeats=, synchronize=)`` (assignment 07 passes the
+    student's ``measure``, which synchronises after every call). ``throughput``:
+    ``throughput_seconds`` (``calls`` calls back to back, one synchronisation). ``call_at(n)``
+    makes the call for size ``n``.
+    """
+    rows = []
+    for elements in sizes:
+        call = call_at(elements)
+        latency = time_with(call, device, warmup=warmup, repeats=repeats, synchronize=synchronize)
+        throughput = throughput_seconds(call, synchronize, calls=calls, blocks=blocks)
+        rows.append({"elements": elements, "latency": latency, "throughput": throughput})
     return rows
 
 
@@ -351,22 +404,30 @@ def illustrative_dataset() -> dict:
 # Figures
 
 
-def plot_time(ax, rows, devices=None, pass_="forward+backward", label_suffix="", **style):
-    """Log-log time per call against tensor size, one line per device and variant (copy_: forward)."""
+def plot_time(ax, rows, devices=None, pass_="forward+backward", label_suffix="", device_label=None, **style):
+    """Log-log time per call against tensor size, one line per device and variant (copy_: forward).
+
+    A line is labelled "<device>: <variant><label_suffix>"; ``device_label`` ({"cpu": "CPU, one core"})
+    names a device otherwise.
+    """
     for device, name, curve_pass in _curves(rows, devices, pass_):
         elements, seconds, _ = series(rows, device, name, curve_pass)
-        ax.loglog(elements, seconds, marker="o", markersize=3, label=f"{device}: {name}{label_suffix}", **style)
+        ax.loglog(elements, seconds, marker="o", markersize=3,
+                  label=f"{(device_label or {}).get(device, device)}: {name}{label_suffix}", **style)
     ax.set_xlabel("tensor size (float32 elements)")
     ax.set_ylabel(f"seconds per call ({pass_})")
     ax.grid(True, which="major", alpha=0.3)
 
 
-def plot_throughput(ax, rows, devices=None, pass_="forward+backward", label_suffix="", **style):
-    """Achieved GB/s (model bytes / time) against tensor size; copy_ is the practical ceiling."""
+def plot_throughput(ax, rows, devices=None, pass_="forward+backward", label_suffix="", device_label=None, **style):
+    """Achieved GB/s (model bytes / time) against tensor size; copy_ is the practical ceiling.
+
+    Lines are labelled as in ``plot_time``.
+    """
     for device, name, curve_pass in _curves(rows, devices, pass_):
         elements, seconds, nbytes = series(rows, device, name, curve_pass)
         ax.semilogx(elements, [b / s / 1e9 for b, s in zip(nbytes, seconds)], marker="o", markersize=3,
-                    label=f"{device}: {name}{label_suffix}", **style)
+                    label=f"{(device_label or {}).get(device, device)}: {name}{label_suffix}", **style)
     ax.set_xlabel("tensor size (float32 elements)")
     ax.set_ylabel("achieved GB/s")
     ax.grid(True, which="major", alpha=0.3)

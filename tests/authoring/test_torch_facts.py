@@ -289,6 +289,30 @@ def test_an_empty_dim_tuple_bias_gradient_fails_only_for_a_1d_input():
         _BiasTimesTwo.apply(torch.randn(3, requires_grad=True), bias).sum().backward()
 
 
+# 07_gpu_timing -- what torch.utils.benchmark.Timer does ----------------------------------------------------
+
+def test_timer_runs_number_calls_between_two_reads_of_its_clock():
+    """So a clock that synchronises first gives one synchronisation per N calls: throughput, not latency."""
+    from torch.utils.benchmark import Timer
+
+    events = []
+    clock = lambda: events.append("clock") or float(len(events))  # noqa: E731
+    Timer("events.append('call')", globals={"events": events}, timer=clock).timeit(25)
+    reads = [i for i, e in enumerate(events) if e == "clock"]
+    assert reads[-1] - reads[-2] - 1 == 25 and events[reads[-2] + 1:reads[-1]] == ["call"] * 25
+    assert events.count("call") > 25, "after a warm-up run of its own"
+
+
+def test_timer_runs_on_one_thread_unless_given_num_threads():
+    from torch.utils.benchmark import Timer
+
+    seen, before = [], torch.get_num_threads()
+    Timer("seen.append(torch.get_num_threads())", globals={"seen": seen}).timeit(1)
+    Timer("seen.append(torch.get_num_threads())", globals={"seen": seen}, num_threads=3).timeit(1)
+    assert set(seen[:2]) == {1} and set(seen[-2:]) == {3}
+    assert torch.get_num_threads() == before, "and the count is restored after"
+
+
 # 01 -- when not to write a Function ---------------------------------------------------------------
 
 def test_a_tensor_hook_replaces_the_gradient_flowing_through_it():

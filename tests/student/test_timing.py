@@ -55,6 +55,90 @@ def test_sweep_times_every_variant_with_the_helper_it_is_given():
     assert square["bytes"] == 5 * 4 * 256, "x, y; then grad_output, x again and its gradient"
 
 
+def test_cpu_threads_sets_the_count_inside_the_block_and_restores_it_after():
+    """The all-cores sweep of assignment 07: every row measured inside the block says so, the count is back after."""
+    seen = []
+
+    def helper(call, device, warmup, repeats):
+        seen.append(torch.get_num_threads())
+        return 1e-3
+
+    before = torch.get_num_threads()
+    others = 3 if before != 3 else 2
+    with bench.cpu_threads(others) as threads:
+        assert threads == others
+        rows = bench.sweep("cpu", [256, 1024], [bench.variant("built-in F.silu")], time_with=helper)
+    assert torch.get_num_threads() == before
+    assert seen == [others] * 4 and [r["cpu_threads"] for r in rows] == [others] * 4
+    rows = bench.sweep("cpu", [256], [bench.variant(bench.COPY), bench.variant("built-in F.silu")], time_with=helper,
+                       passes=("forward+backward",))
+    assert [(r["variant"], r["pass"], r["cpu_threads"]) for r in rows] == [("built-in F.silu", "forward+backward", before)]
+    with pytest.raises(ZeroDivisionError), bench.cpu_threads(others):
+        1 / 0
+    assert torch.get_num_threads() == before, "restored even when the block raises"
+
+
+class FakeAsyncDevice:
+    """A scripted device: each call queues 1 s of work on a fake clock; every event is logged."""
+
+    def __init__(self):
+        self.now, self.events = 0.0, []
+
+    def call(self):
+        self.events.append("call")
+        self.now += 1.0
+
+    def synchronize(self):
+        self.events.append("sync")
+
+    def clock(self):
+        self.events.append("clock")
+        return self.now
+
+
+def test_throughput_runs_the_calls_back_to_back_with_one_synchronisation_per_block():
+    device = FakeAsyncDevice()
+    seconds = bench.throughput_seconds(device.call, device.synchronize, calls=7, blocks=3, clock=device.clock)
+    assert seconds == 1.0
+    clock_reads = [i for i, e in enumerate(device.events) if e == "clock"]
+    assert all(device.events[i - 1] == "sync" for i in clock_reads), "the device is synchronised before every clock read"
+    assert device.events.count("sync") == len(clock_reads), "and at no other time"
+    runs = [device.events[a:b].count("call") for a, b in zip(clock_reads[::2], clock_reads[1::2])]
+    assert runs[1::2] == [7, 7, 7], f"Timer reads the clock before and after each run (warm-up, block): {runs}"
+
+
+def test_latency_and_throughput_measure_every_size_both_ways():
+    device = FakeAsyncDevice()
+    made, latency_calls = [], []
+
+    def call_at(elements):
+        made.append(elements)
+        return device.call
+
+    def time_with(call, device_name, warmup, repeats, synchronize):
+        latency_calls.append((call, device_name, warmup, repeats, synchronize))
+        return 0.5 * len(latency_calls)
+
+    rows = bench.latency_and_throughput([10, 100], call_at, time_with, device.synchronize, device="toy",
+                                        warmup=2, repeats=4, calls=5, blocks=1)
+    assert made == [10, 100]
+    assert latency_calls == [(device.call, "toy", 2, 4, device.synchronize)] * 2
+    assert [(r["elements"], r["latency"]) for r in rows] == [(10, 0.5), (100, 1.0)]
+    assert all(r["throughput"] > 0 for r in rows)
+
+
+def test_plots_name_a_device_as_they_are_told():
+    from matplotlib.figure import Figure
+
+    rows = [{"device": "cpu", "workload": "silu", "variant": "built-in F.silu", "pass": "forward+backward",
+             "elements": n, "bytes": 20 * n, "seconds": 1e-6 * n} for n in (256, 1024)]
+    ax = Figure().subplots()
+    bench.plot_time(ax, rows, label_suffix=" [LIVE]", device_label={"cpu": "CPU, all 2 cores"})
+    bench.plot_throughput(ax, rows, label_suffix=" [LIVE]")
+    assert [line.get_label() for line in ax.get_lines()] == [
+        "CPU, all 2 cores: built-in F.silu [LIVE]", "cpu: built-in F.silu [LIVE]"]
+
+
 def test_the_library_has_only_the_copy_and_torch_s_own_variants():
     assert [v.name for v in bench.VARIANTS] == [bench.COPY, "built-in F.silu", "built-in F.gelu(x + bias)",
                                                "unfused composition"]
