@@ -1,5 +1,7 @@
 """The course installs anywhere: the student distribution's wheel, pip-installed into a fresh virtual
-environment outside the repository, runs the notebooks of 01 and 07 from another folder to the end.
+environment outside the repository, runs the notebooks of 01 and 07 from another folder to the end;
+with its `jupyter` extra (what the edition's `make lab` installs), its command line has only the
+student's commands and `check` grades a notebook beside JupyterLab's `Untitled.ipynb` as without it.
 
 torch comes from the tested pin (constraints.txt); where a local torch wheel is configured for pip
 (as on this project's machines) it installs from that file in seconds.
@@ -38,9 +40,9 @@ def test_the_wheel_runs_notebooks_01_and_07_in_a_fresh_environment_outside_the_r
     venv = tmp_path / "venv"
     _run([sys.executable, "-m", "venv", venv])
     python = venv / "bin" / "python"
-    # Only what a student's kernel needs beside the wheel: a kernel and nbclient to run notebooks.
+    # The wheel with the extra a student's own machine installs (JupyterLab, nbgrader: `check`, Validate).
     _run([python, "-m", "pip", "install", "--quiet", "--no-compile", "-c", dist / "constraints.txt",
-          wheel, "ipykernel", "nbclient"])
+          f"{wheel}[jupyter]"])
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "AUTOGRADER_COURSE_ROOT", "JUPYTER_CONFIG_PATH")}
     env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
 
@@ -66,3 +68,17 @@ def test_the_wheel_runs_notebooks_01_and_07_in_a_fresh_environment_outside_the_r
     assert not reference.removeprefix("REFERENCE cpu:").strip().startswith("none"), reference
     assert "ILLUSTRATIVE :" in printed and "NOT MEASURED" in printed
     assert not list(work.glob("*.json")), "nothing was read from or written beside the notebook"
+
+    # The edition's folder, as a student's clone holds it, with this environment's `autograder`.
+    usage = _run([python, "-m", "autograder", "--help"], cwd=dist, env=env).stdout
+    listed = [line.split()[0] for line in usage.split("COMMAND\n", 1)[1].split("\n\n")[0].splitlines()
+              if line.startswith("    ") and not line.startswith("     ")]
+    assert listed == ["check"], usage
+    mine = dist / "course" / "01_first_function" / "01_first_function.ipynb"
+    mine.write_text(json.dumps(filled_release(REPO, "01_first_function", solution_answers(REPO, "01_first_function"))))
+    check = [python, "-m", "autograder", "check", mine.relative_to(dist)]
+    alone = _run(check, cwd=dist, env=env).stdout
+    assert "FAIL" not in alone and "PASS" in alone, alone
+    (mine.parent / "Untitled.ipynb").write_text(json.dumps({"cells": [], "metadata": {}, "nbformat": 4,
+                                                            "nbformat_minor": 5}))
+    assert _run(check, cwd=dist, env=env).stdout == alone
