@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import json
 
+import matplotlib
 import pytest
+import torch
 
 from autograder.course import Course
 from autograder.grading.selfcheck import check_notebook
-from conftest import REPO, filled_release, solution_answers
+from conftest import REPO, filled_release, read_notebook, solution_answers, source
 
 ASSIGNMENT = "05_deriving_backward"
 
@@ -80,3 +82,90 @@ def test_numerically_careless_backward_passes_say_why(tmp_path):
     assert "the gradient for `k` is wrong" in attention.message
     assert "its last two dimensions are swapped: the matrix product is transposed" in attention.message
     assert results["test_log_softmax_nll"].passed
+
+
+# The worked examples teach the method on functions that are not the exercises: their cells, in order.
+WORKED_CELLS = ["cell-e02dc262", "cell-2a33016d", "cell-66c60f20", "cell-59bd4024", "cell-3f9a2d71", "cell-1c77d056"]
+
+
+def _worked_examples() -> dict:
+    """The namespace after running the notebook's imports, helpers and worked-example Functions (plots off)."""
+    matplotlib.use("Agg")
+    cells = {c.get("id"): source(c) for c in read_notebook(REPO / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb")["cells"]}
+    namespace: dict = {}
+    for cell_id in WORKED_CELLS:
+        exec(compile(cells[cell_id], cell_id, "exec"), namespace)  # noqa: S102  (our own notebook)
+    return namespace
+
+
+def _leaves(*tensors):
+    return tuple(t.to(torch.float64).requires_grad_() for t in tensors)
+
+
+def test_worked_examples_pass_gradcheck_in_float64():
+    ns = _worked_examples()
+    gradcheck = torch.autograd.gradcheck
+    weighted_mean, cosine = ns["WeightedMean"].apply, ns["CosineSimilarity"].apply
+    for x, w in [(torch.randn(4, 6), torch.rand(4, 6) + 0.5), (torch.randn(2, 3, 5), torch.rand(5) + 0.5),
+                 (torch.randn(7), torch.rand(7) + 0.5)]:
+        assert gradcheck(weighted_mean, _leaves(x, w))
+    for a, b in [(torch.randn(4, 6), torch.randn(4, 6)), (torch.randn(2, 3, 5), torch.randn(5)), (torch.randn(3), torch.randn(3))]:
+        assert gradcheck(cosine, _leaves(a, b))
+    assert gradcheck(ns["Sigmoid"].apply, _leaves(3 * torch.randn(3, 4)))
+    x, w = torch.randn(2, 3, 5, dtype=torch.float64), torch.rand(5, dtype=torch.float64) + 0.5
+    assert torch.allclose(ns["WeightedMean"].apply(x, w), (x * w).sum(-1) / w.sum())
+    a, b = torch.randn(4, 6, dtype=torch.float64), torch.randn(4, 6, dtype=torch.float64)
+    assert torch.allclose(ns["CosineSimilarity"].apply(a, b), torch.nn.functional.cosine_similarity(a, b, dim=-1))
+
+
+def test_gradcheck_of_the_worked_examples_sees_a_forgotten_fan_out_path():
+    """The check above can fail: w is used twice in the weighted mean and a and b twice in the cosine similarity;
+    a backward that keeps only the numerator's path (or only the dot product's) fails gradcheck."""
+    ns = _worked_examples()
+
+    class WeightedMeanNumeratorOnly(ns["WeightedMean"]):
+        @staticmethod
+        def backward(ctx, grad_output):
+            x, w, y, total = ctx.saved_tensors
+            g = grad_output[..., None] / total
+            return (g * w).sum_to_size(x.shape), (g * x).sum_to_size(w.shape)  # W's path missing
+
+    class CosineDotOnly(ns["CosineSimilarity"]):
+        @staticmethod
+        def backward(ctx, grad_output):
+            a_hat, b_hat, norm_a, norm_b, c = ctx.saved_tensors
+            g = grad_output[..., None]
+            return g / norm_a * b_hat, g / norm_b * a_hat  # the norms' paths missing
+
+    leaves = _leaves(torch.randn(3, 5), torch.rand(3, 5) + 0.5)
+    assert not torch.autograd.gradcheck(WeightedMeanNumeratorOnly.apply, leaves, raise_exception=False)
+    leaves = _leaves(torch.randn(3, 5), torch.randn(3, 5))
+    assert not torch.autograd.gradcheck(CosineDotOnly.apply, leaves, raise_exception=False)
+
+
+def test_sigmoid_backward_from_the_input_overflows_and_from_the_output_does_not():
+    """Section 5: in float32 exp(100) is inf, so e^-x / (1 + e^-x)^2 is NaN at x = -100; y (1 - y) is finite;
+    the worked Sigmoid gives finite gradients at +-1000 in float64, where exp overflows too."""
+    x = torch.tensor([-100.0, 0.0, 100.0])
+    assert torch.isinf(torch.exp(torch.tensor(100.0)))
+    e = torch.exp(-x)
+    from_input = e / (1 + e) ** 2
+    assert torch.isnan(from_input[0]) and torch.isfinite(from_input[1:]).all()
+    y = torch.sigmoid(x)
+    assert torch.isfinite(y).all() and torch.isfinite(y * (1 - y)).all()
+    wide = torch.tensor([-1000.0, -100.0, 0.0, 3.0, 1000.0], dtype=torch.float64, requires_grad=True)
+    assert torch.isinf(torch.exp(-wide.detach()[0]))
+    _worked_examples()["Sigmoid"].apply(wide).backward(torch.ones(5, dtype=torch.float64))
+    expected = torch.sigmoid(wide.detach()) * (1 - torch.sigmoid(wide.detach()))
+    assert torch.isfinite(wide.grad).all() and torch.allclose(wide.grad, expected)
+
+
+def test_worked_examples_are_not_the_exercises():
+    """No worked Normalize, LogSumExp or RMSNorm (they gave away Softmax, cross-entropy and LayerNorm), and no
+    sentence relating LayerNorm to a worked example."""
+    for folder in ("solutions", "course"):
+        cells = read_notebook(REPO / folder / ASSIGNMENT / f"{ASSIGNMENT}.ipynb")["cells"]
+        text = "\n".join(source(c) for c in cells)
+        for given in ("class Normalize", "class LogSumExp", "class RMSNorm", "RMSNorm", "LayerNorm is",
+                      r"e^{x_j - \ell}", "the worked example above"):
+            assert given not in text, f"{folder}: {given!r}"
