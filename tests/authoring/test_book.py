@@ -119,7 +119,12 @@ def test_chapters_show_the_answers_folded_and_never_the_hidden_tests(built_book)
         hidden_only = {line for line in set(hidden) - set(shown) if len(line) > 10}  # not "]" and the like
         leaked = sorted(hidden_only & lines)
         assert not leaked, f"{solution.name}: hidden test lines in the book: {leaked}"
-        answer_cells = [cell for cell in cells if cell.get("metadata", {}).get("nbgrader", {}).get("solution")]
+        answer_cells = [cell for cell in cells if cell["cell_type"] == "code"
+                        and cell.get("metadata", {}).get("nbgrader", {}).get("solution")]
+        written = [cell for cell in cells if cell["cell_type"] == "markdown"
+                   and cell.get("metadata", {}).get("nbgrader", {}).get("solution")]  # 05's derivations
+        models = [d for d in page.details if "model-answer" in d.get("class", "") and "open" not in d]
+        assert len(models) == len(written), f"{solution.name}: {len(models)} folded model answers for {len(written)}"
         answers = [line.strip() for cell in answer_cells for line in source(cell).splitlines()
                    if line.strip() and "### " not in line]
         missing = [line for line in answers if line not in lines]

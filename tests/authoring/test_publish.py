@@ -21,6 +21,9 @@ from conftest import CLASS_REPOSITORY, REPO, filled_release, read_notebook, solu
 ASSIGNMENT = "01_first_function"
 MARKERS = ("BEGIN SOLUTION", "BEGIN HIDDEN TESTS")
 SHORTEST_SECRET = 12  # shorter lines ("pass", "return x", "return None", "]") are not telling
+# Plain PyTorch lines that a solution and the course's library each need for their own reasons (a
+# checkpointing backward and the referee turn gradients on; a timing helper synchronises): not telling.
+COMMON_LINES = {"with torch.enable_grad():", "synchronize()"}
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +52,7 @@ def _secret_lines() -> set[str]:
                     inside = True
                 elif stripped.startswith(("### END SOLUTION", "### END HIDDEN TESTS")):
                     inside = whole
-                elif inside and len(stripped) >= SHORTEST_SECRET and stripped not in released:
+                elif inside and len(stripped) >= SHORTEST_SECRET and stripped not in released | COMMON_LINES:
                     secrets.add(stripped)
     return secrets
 
@@ -84,7 +87,7 @@ def _answer_names() -> set[str]:
     names = set()
     for path in (REPO / "solutions").glob("*/*.ipynb"):
         for cell in read_notebook(path)["cells"]:
-            if cell.get("metadata", {}).get("nbgrader", {}).get("solution"):
+            if cell["cell_type"] == "code" and cell.get("metadata", {}).get("nbgrader", {}).get("solution"):
                 code = "\n".join(line for line in source(cell).splitlines() if not line.lstrip().startswith(("%", "!")))
                 names |= {node.name for node in ast.parse(code).body
                           if isinstance(node, (ast.ClassDef, ast.FunctionDef)) and node.name != "_"}
