@@ -220,3 +220,43 @@ def test_torch_utils_checkpoint_replays_the_random_state_in_its_recomputation():
     torch.manual_seed(0)
     (plain,) = torch.autograd.grad(block(x).sum(), x)
     assert torch.equal(checkpointed, plain) and (plain == 0).any()
+
+
+def test_batch_norm1d_running_statistics_take_the_unbiased_variance_and_momentum_weights_the_new_value():
+    # 05, Exercise 6: normalise with the biased variance, update running_var with the unbiased one.
+    layer = torch.nn.BatchNorm1d(3, affine=False, momentum=0.1)
+    assert layer.training and list(layer.parameters()) == []
+    assert sorted(dict(layer.named_buffers())) == ["num_batches_tracked", "running_mean", "running_var"]
+    assert torch.equal(layer.running_mean, torch.zeros(3)) and torch.equal(layer.running_var, torch.ones(3))
+    x = torch.randn(8, 3, dtype=torch.float64) * 2 + 1
+    layer.double()
+    y = layer(x)
+    n = x.shape[0]
+    biased = ((x - x.mean(0)) ** 2).sum(0) / n
+    unbiased = ((x - x.mean(0)) ** 2).sum(0) / (n - 1)
+    assert torch.allclose(x.var(0, unbiased=False), biased) and torch.allclose(x.var(0), unbiased)
+    assert torch.allclose(y, (x - x.mean(0)) / torch.sqrt(biased + 1e-5))
+    assert torch.allclose(layer.running_mean, 0.9 * 0 + 0.1 * x.mean(0))
+    assert torch.allclose(layer.running_var, 0.9 * 1 + 0.1 * unbiased)
+    assert not torch.allclose(layer.running_var, 0.9 * 1 + 0.1 * biased)
+
+
+def test_batch_norm1d_in_eval_mode_normalises_with_the_running_statistics_as_constants():
+    layer = torch.nn.BatchNorm1d(3, affine=False, eps=1e-3).double()
+    layer(torch.randn(8, 3, dtype=torch.float64) * 2 + 1)
+    mean, var = layer.running_mean.clone(), layer.running_var.clone()
+    layer.eval()
+    x = torch.randn(5, 3, dtype=torch.float64, requires_grad=True)
+    y = layer(x)
+    assert torch.allclose(y, (x - mean) / torch.sqrt(var + 1e-3))
+    assert torch.equal(layer.running_mean, mean) and torch.equal(layer.running_var, var)  # unchanged in eval
+    g = torch.randn(5, 3, dtype=torch.float64)
+    y.backward(g)
+    assert torch.allclose(x.grad, g / torch.sqrt(var + 1e-3))  # only the scale
+
+
+def test_a_buffer_is_in_the_state_dict_and_gets_no_gradient():
+    module = torch.nn.Module()
+    module.register_buffer("running_mean", torch.zeros(3))
+    assert list(module.parameters()) == [] and list(module.state_dict()) == ["running_mean"]
+    assert not module.running_mean.requires_grad

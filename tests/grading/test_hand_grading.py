@@ -41,7 +41,7 @@ def test_derivations_scored_in_the_formgrader_count_in_grades_report_export_and_
 
     rows = grades_csv(course)
     assert {s: (float(r["score"]), float(r["max_score"]), r["to_grade_by_hand"]) for s, r in rows.items()} == {
-        "ada": (17, 27, "5"), "bo": (17, 27, "")}  # bo's blank answers score 0 at once: nothing to grade
+        "ada": (19, 29, "5"), "bo": (19, 29, "")}  # bo's blank answers score 0 at once: nothing to grade
     assert "10 points are answers graded by hand: 5 answers of 1 students await you in the formgrader" in graded.stdout
     waiting = report(course, ASSIGNMENT, tmp_path / "report-before")
     assert "answers still to grade by hand" in waiting.summary.read_text()
@@ -63,7 +63,7 @@ def test_derivations_scored_in_the_formgrader_count_in_grades_report_export_and_
 
     exported = export(course, ASSIGNMENT, tmp_path / "export")  # the gradebook's scores, not grades.csv's
     plain = {r["student_id"]: r for r in _csv_rows(exported.plain)}
-    assert (plain["ada"]["score"], plain["bo"]["score"], exported.to_grade_by_hand) == ("26", "17", {})
+    assert (plain["ada"]["score"], plain["bo"]["score"], exported.to_grade_by_hand) == ("28", "19", {})
     per_test = {r["student_id"]: r for r in _csv_rows(exported.per_test)}
     assert per_test["ada"]["derive_layer_norm"] == "1" and per_test["bo"]["derive_layer_norm"] == "0"
 
@@ -71,17 +71,17 @@ def test_derivations_scored_in_the_formgrader_count_in_grades_report_export_and_
     by_name = {e.name: e for e in scored.exercises}
     assert (by_name["derive_softmax"].passed, by_name["derive_softmax"].graded) == (1, 2)  # bo's blank one failed
     assert (by_name["derive_layer_norm"].passed, by_name["derive_layer_norm"].to_grade) == (0, 0)
-    assert scored.scores == {"ada": 26, "bo": 17}
+    assert scored.scores == {"ada": 28, "bo": 19}
     assert "answers still to grade by hand" not in scored.summary.read_text()
     assert "| derive_layer_norm (by hand) | 2 | 0/2 | 0% |" in scored.summary.read_text()
 
     autograder(course, "feedback", ASSIGNMENT)
     page = (course.grading / "feedback" / "ada" / ASSIGNMENT / f"{ASSIGNMENT}.html").read_text()
-    assert "where is mean(g_c)?" in page and "Score: 26.0 / 27.0" in page, page[:3000]
+    assert "where is mean(g_c)?" in page and "Score: 28.0 / 29.0" in page, page[:3000]
 
     again = autograder(course, "grade", ASSIGNMENT)  # unchanged: reused, with the scores given by hand
     assert {s: (float(r["score"]), r["to_grade_by_hand"]) for s, r in grades_csv(course).items()} == {
-        "ada": (26, ""), "bo": (17, "")}
+        "ada": (28, ""), "bo": (19, "")}
     assert "10 points are answers graded by hand, all scored" in again.stdout
 
 
