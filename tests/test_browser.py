@@ -69,6 +69,8 @@ def page(browser):
     context = browser.new_context(viewport={"width": 1400, "height": 900})
     page = context.new_page()
     page.set_default_timeout(30_000)
+    # expect() waits 5 s by default: too short for a 42-cell notebook to render on 2 loaded cores
+    expect.set_options(timeout=30_000)
     yield page
     context.close()
 

@@ -19,6 +19,7 @@ import platform
 import statistics
 import sys
 import time
+import timeit
 from collections.abc import Callable
 from pathlib import Path
 
@@ -44,7 +45,8 @@ def synchronizer(device) -> Callable[[], None]:
     return lambda: None
 
 
-def median_time(fn: Callable[[], object], device="cpu", warmup: int = 5, repeats: int = 20) -> float:
+def median_time(fn: Callable[[], object], device="cpu", warmup: int = 5, repeats: int = 20,
+                clock: Callable[[], float] = time.perf_counter) -> float:
     """Median seconds of one ``fn()`` call: warm-up calls first, and on a GPU a synchronisation
     before each clock read, so the time covers the work and not only its launch.
 
@@ -57,17 +59,18 @@ def median_time(fn: Callable[[], object], device="cpu", warmup: int = 5, repeats
     synchronize()
     times = []
     for _ in range(repeats):
-        start = time.perf_counter()
+        start = clock()
         fn()
         synchronize()
-        times.append(time.perf_counter() - start)
+        times.append(clock() - start)
     return statistics.median(times)
 
 
-def timer_median(fn: Callable[[], object], min_run_time: float = 1.0) -> float:
+def timer_median(fn: Callable[[], object], min_run_time: float = 1.0,
+                 clock: Callable[[], float] = timeit.default_timer) -> float:
     """Median seconds of one ``fn()`` call by ``torch.utils.benchmark.Timer`` (it synchronises
     accelerators itself). It uses as many threads as torch does here: Timer's default is one."""
-    timer = Timer(stmt="fn()", globals={"fn": fn}, num_threads=torch.get_num_threads())
+    timer = Timer(stmt="fn()", globals={"fn": fn}, num_threads=torch.get_num_threads(), timer=clock)
     return timer.blocked_autorange(min_run_time=min_run_time).median
 
 

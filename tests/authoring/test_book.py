@@ -6,7 +6,6 @@ browser (math, search, dark mode, folded answers) is in tests/test_browser.py.
 
 from __future__ import annotations
 
-import io
 import json
 import shutil
 import subprocess

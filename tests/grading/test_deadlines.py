@@ -10,7 +10,7 @@ import pytest
 from autograder.course import CourseError
 from autograder.cli import main
 from autograder.grading.records import deadlines
-from autograder.grading.records.deadlines import LatePenalty, Policy, describe_lateness, parse_extension, penalty
+from autograder.grading.records.deadlines import LatePenalty, describe_lateness, parse_extension, penalty
 from autograder.grading.demo.make_demo import ASSIGNMENT, DEMO_ROOT
 from test_grading import autograder, grades_csv
 

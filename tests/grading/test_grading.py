@@ -15,7 +15,7 @@ import pytest
 
 from autograder.course import Course
 from autograder.grading.demo.make_demo import ASSIGNMENT, DEMO_ROOT
-from conftest import REPO, nbgrader_meta, read_notebook, source
+from conftest import REPO, read_notebook, source
 
 EXPECTED = json.loads((DEMO_ROOT / "expected_scores.json").read_text())
 COMMANDS = ["release", "validate", "check", "roster", "collect", "deadline", "grade", "feedback", "report",

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import glob
-import json
 import os
 import shutil
 import socket
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import json
-import re
 import statistics
 from html.parser import HTMLParser
 

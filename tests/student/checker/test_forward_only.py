@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from autograder import check_forward, check_function
+from autograder import check_forward
 from checker_examples import (
     Cube, cube, CubeBackwardTodo, CubeTemplate, CubeWrongForward, Double_, failure, Polar, polar, Scale, Sort,
     variant,
