@@ -35,8 +35,12 @@ ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 lab: install  ## Open the student notebooks (course/) in JupyterLab
 	$(BIN)/jupyter lab --ServerApp.root_dir=course $(ALLOW_ROOT)
 
+# The test files run in parallel, one worker per core (TEST_WORKERS=1: one after the other); each
+# file's tests stay on one worker, so a file's costly fixtures (the book, a graded class) are made once.
+TEST_WORKERS ?= auto
+
 test: install browser postgres  ## Run the whole test suite (what CI runs)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 release: install  ## Regenerate course/ from solutions/ with nbgrader
 	$(BIN)/python -m autograder release

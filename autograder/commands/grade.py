@@ -100,7 +100,7 @@ def decided_by_whom(rows) -> str:
         line = (f"every test cell's points ({total - by_hand:g}) decided by the referee, outside the students' "
                 f"processes")
     else:
-        line = (f"{in_process:g} of {total - by_hand:g} test points decided in the student's process (test cells "
+        line = (f"{in_process:g} of {total - by_hand:g} points decided in the student's process (test cells "
                 f"the referee cannot check outside it; guarded by the tamper guard only: see the book's Guarantees "
                 f"page)")
     if by_hand:

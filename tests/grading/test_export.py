@@ -62,9 +62,9 @@ def test_canvas_plain_and_per_test_csv(graded, tmp_path):
     ]
     plain = _read(result.plain)
     assert plain[0] == ["student_id", "lms_user_id", "first_name", "last_name", "email", "assignment", "score",
-                        "max_score", "status", "late", "penalty"]
-    assert plain[2] == ["jdoe", "12345", "Jane", "Doe", "jane@uni.edu", ASSIGNMENT, "6", "6", "graded", "", ""]
-    assert plain[3][:2] == ["jnunez", "33333"] and plain[3][-3:] == ["graded", "1 day 2 h", "1.25"]
+                        "max_score", "status", "late", "penalty", "to_grade_by_hand"]
+    assert plain[2] == ["jdoe", "12345", "Jane", "Doe", "jane@uni.edu", ASSIGNMENT, "6", "6", "graded", "", "", ""]
+    assert plain[3][:2] == ["jnunez", "33333"] and plain[3][-4:] == ["graded", "1 day 2 h", "1.25", ""]
     assert _read(result.per_test) == [
         ["student_id", "test_a", "test_b", "test_c", "total (before late penalty)"],
         ["max points", "1", "2", "3", "6"],
