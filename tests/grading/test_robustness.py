@@ -546,13 +546,16 @@ def test_hidden_tests_never_appear_in_feedback_or_outputs(batch):
 
 
 def small_class(root: Path) -> tuple[Course, dict[str, float]]:
-    """Five students whose notebooks each take about a second (a sleep); student -> expected score."""
+    """Eight students whose notebooks each take about a second (a sleep); student -> expected score.
+
+    Eight, so that on a loaded machine (make test runs two test files at once) a run is still grading
+    when the test, having seen the first markers, interrupts it."""
     course = _course(root)
     notebooks = Notebooks(course.root)
     slow = "import time\ntime.sleep(0.6)\n"
     subs = {f"s{i}": notebooks.answers(cube=slow + notebooks.right["cube"],
                                        **({"sqrt": notebooks.edit("sqrt", *WRONG_SQRT)} if i % 2 else {}))
-            for i in range(5)}
+            for i in range(8)}
     write_submissions(course, subs)
     return course, {s: MAX_SCORE - (POINTS["test_sqrt"] if int(s[1]) % 2 else 0) for s in subs}
 
