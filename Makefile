@@ -36,12 +36,12 @@ lab: install  ## Open the student notebooks (course/) in JupyterLab
 	$(BIN)/jupyter lab --ServerApp.root_dir=course $(ALLOW_ROOT)
 
 # The test files run in parallel, one worker per core (TEST_WORKERS=1: one after the other); each
-# file's tests stay on one worker, so a file's costly fixtures (a graded class) are made once, and the
-# tests that read the built book share one worker (tests/conftest.py: pytest_collection_modifyitems).
+# file's tests stay on one worker, so a file's costly fixtures (a graded class, the book) are made
+# once per file; the longest files start first (tests/conftest.py: pytest_collection_modifyitems).
 TEST_WORKERS ?= auto
 
 test: install browser postgres  ## Run the whole test suite (what CI runs)
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 release: install  ## Regenerate course/ from solutions/ with nbgrader
 	$(BIN)/python -m autograder release

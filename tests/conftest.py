@@ -25,23 +25,16 @@ from autograder.grading.demo import make_demo
 REPO = Path(__file__).resolve().parent.parent
 
 
-# The longest groups of `make test` (about 3, 4 and 5 minutes on 2 cores), started first so that
-# the other worker is not left idle while one of them finishes last.
-LONGEST_FIRST = ("tests/test_install.py", "book", "tests/test_browser.py")
+# The longest test files of `make test` (about 3-4, 2-4 and 3-5 minutes on 2 cores), started first
+# so that the other worker is not left idle while one of them finishes last.
+LONGEST_FIRST = ("tests/test_install.py", "tests/authoring/test_book.py", "tests/test_browser.py")
 
 
 def pytest_collection_modifyitems(items) -> None:
-    """For `make test`'s parallel run (pytest-xdist, --dist loadgroup): each test file is one group, so a
-    file's tests and its costly module fixtures stay on one worker; every test that reads the built
-    book joins one group "book", so the book (a session fixture, about two minutes) is built once.
-    The longest groups come first (in the order above); the others keep their order."""
-    groups = {}
-    for item in items:
-        group = "book" if "built_book" in getattr(item, "fixturenames", ()) else item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group(group))
-        groups[item] = group
-    rank = {group: i for i, group in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(groups[item], len(rank)))  # stable: a group stays together
+    """For `make test`'s parallel run (pytest-xdist, --dist loadfile: a file's tests and its module
+    fixtures on one worker): the longest files first, in the order above; the others keep their order."""
+    rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # stable
 
 
 @contextmanager

@@ -135,7 +135,8 @@ def submissions(notebooks: Notebooks) -> dict[str, str | bytes | dict[str, str |
         "loop_in_solution": nb.answers(sqrt="while True:\n    pass\n" + nb.right["sqrt"]),
         "loop_in_backward": nb.answers(cube=nb.in_backward("cube", "while True:\n    pass")),
         "memory_bomb": nb.answers(sqrt=nb.in_backward("sqrt", "hog = torch.ones(3 * 1024**3, dtype=torch.uint8)")),
-        "print_flood": nb.answers(sqrt=nb.right["sqrt"] + "\nfor i in range(200_000):\n    print('spam ' * 20)\n"),
+        # 20 MB of output in 20 000 prints: far over the limits, and quick enough for the 2 s cell limit on a loaded machine
+        "print_flood": nb.answers(sqrt=nb.right["sqrt"] + "\nfor i in range(20_000):\n    print('spam ' * 200)\n"),
         "display_flood": nb.answers(sqrt=nb.right["sqrt"] + "\nfrom IPython.display import HTML, display\n"
                                     "display(HTML('<b>x</b>' * 10**7))\n'y' * 10**7\n"),
         # Crashes
