@@ -570,7 +570,10 @@ def markers(course: Course) -> dict[str, int]:
 def start_grading(course: Course) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "autograder", "grade", ASSIGNMENT, "--jobs", "1", *LIMITS],
                             cwd=course.root, env=course.environment(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            # A pytest-xdist worker ignores SIGINT, and an ignored signal stays ignored
+                            # across exec: give the run Ctrl-C back, as a terminal would
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def interrupt_after(course: Course, run: subprocess.Popen, finished: int, how: signal.Signals) -> tuple[dict, str]:
