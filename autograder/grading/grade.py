@@ -272,7 +272,7 @@ class _Grader:
             row.penalty = float(submission.late_submission_penalty or 0.0)
             row.score = float(submission.score) - row.penalty
             row.late = deadlines.describe_lateness(submission.total_seconds_late)
-            row.points_by_hand, row.to_grade_by_hand = hand_graded(g for n in submission.notebooks for g in n.grades)
+            row.points_by_hand, row.to_grade_by_hand = hand_graded(submission)
             return True
 
     # -- before execution

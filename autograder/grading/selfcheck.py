@@ -28,6 +28,7 @@ from pathlib import Path
 from autograder.course import Course, CourseError
 from autograder.grading.running.confinement import Limits
 from autograder.grading.grade import grade, mark_synced, sync_gradebook
+from autograder.grading.records.grades import is_by_hand
 from autograder.grading.running.kernel import NOT_DONE
 
 STUDENT = "me"
@@ -74,7 +75,7 @@ def check_notebook(notebook: Path, course: Course) -> list[TestResult]:
             order = list(messages) + sorted(set(grades) - set(messages))  # deleted cells come last
             return [TestResult(name, messages.get(name, ("", ""))[0], grades[name].score,
                                grades[name].max_score, messages.get(name, ("", ""))[1])
-                    if grades[name].cell_type == "code" else
+                    if not is_by_hand(grades[name]) else
                     TestResult(name, BY_HAND if grades[name].auto_score is None else BLANK, 0.0,
                                grades[name].max_score, by_hand=True)
                     for name in order if name in grades]

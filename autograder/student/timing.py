@@ -404,6 +404,11 @@ def illustrative_dataset() -> dict:
 # Figures
 
 
+def _line_label(device: str, name: str, suffix: str, device_label: dict | None) -> str:
+    """"<device>: <variant><suffix>", the device named by ``device_label`` where it names it."""
+    return f"{(device_label or {}).get(device, device)}: {name}{suffix}"
+
+
 def plot_time(ax, rows, devices=None, pass_="forward+backward", label_suffix="", device_label=None, **style):
     """Log-log time per call against tensor size, one line per device and variant (copy_: forward).
 
@@ -413,7 +418,7 @@ def plot_time(ax, rows, devices=None, pass_="forward+backward", label_suffix="",
     for device, name, curve_pass in _curves(rows, devices, pass_):
         elements, seconds, _ = series(rows, device, name, curve_pass)
         ax.loglog(elements, seconds, marker="o", markersize=3,
-                  label=f"{(device_label or {}).get(device, device)}: {name}{label_suffix}", **style)
+                  label=_line_label(device, name, label_suffix, device_label), **style)
     ax.set_xlabel("tensor size (float32 elements)")
     ax.set_ylabel(f"seconds per call ({pass_})")
     ax.grid(True, which="major", alpha=0.3)
@@ -427,7 +432,7 @@ def plot_throughput(ax, rows, devices=None, pass_="forward+backward", label_suff
     for device, name, curve_pass in _curves(rows, devices, pass_):
         elements, seconds, nbytes = series(rows, device, name, curve_pass)
         ax.semilogx(elements, [b / s / 1e9 for b, s in zip(nbytes, seconds)], marker="o", markersize=3,
-                    label=f"{(device_label or {}).get(device, device)}: {name}{label_suffix}", **style)
+                    label=_line_label(device, name, label_suffix, device_label), **style)
     ax.set_xlabel("tensor size (float32 elements)")
     ax.set_ylabel("achieved GB/s")
     ax.grid(True, which="major", alpha=0.3)

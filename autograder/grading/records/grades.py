@@ -37,11 +37,17 @@ class Row:
     to_grade_by_hand: int = 0
 
 
-def hand_graded(grades) -> tuple[float, int]:
-    """For nbgrader ``Grade`` rows: the points of answers graded by hand (manually graded markdown
-    cells), and how many of them await the instructor (nbgrader's ``needs_manual_grade``: not scored
-    yet, or the submission was graded again since). A blank answer is scored 0 by nbgrader itself."""
-    by_hand = [g for g in grades if g.cell_type == "markdown"]
+def is_by_hand(grade) -> bool:
+    """An nbgrader ``Grade`` of an answer the instructor scores by hand in the formgrader (a manually
+    graded markdown cell: 05's derivations), not of a test cell."""
+    return grade.cell_type == "markdown"
+
+
+def hand_graded(submission) -> tuple[float, int]:
+    """For an nbgrader submission: the points of its answers graded by hand, and how many of them
+    await the instructor (nbgrader's ``needs_manual_grade``: not scored yet, or the submission was
+    graded again since). A blank answer is scored 0 by nbgrader itself."""
+    by_hand = [g for n in submission.notebooks for g in n.grades if is_by_hand(g)]
     return float(sum(g.max_score for g in by_hand)), sum(bool(g.needs_manual_grade) for g in by_hand)
 
 

@@ -108,7 +108,7 @@ def _with_hand_grades(rows: dict[str, dict], submissions: dict) -> dict[str, int
         if submission is None or row.get("status") == "missing":
             continue
         row["score"] = f"{float(submission.score) - float(row.get('penalty') or 0):g}"
-        to_grade[sid] = hand_graded(g for n in submission.notebooks for g in n.grades)[1]
+        to_grade[sid] = hand_graded(submission)[1]
     return to_grade
 
 

@@ -25,6 +25,7 @@ from matplotlib.ticker import MaxNLocator
 from nbgrader.api import Gradebook, MissingEntry
 
 from autograder.course import Course, CourseError
+from autograder.grading.records.grades import is_by_hand
 from autograder.grading.results.markup import markdown_to_html
 
 
@@ -106,7 +107,7 @@ def _read_gradebook(course: Course, assignment: str) -> Report:
             max_score = submission.max_score
             for grade in grades:
                 name = f"{grade.notebook.name}: {grade.name}" if several_notebooks else grade.name
-                exercise = exercises.setdefault(name, Exercise(name, grade.max_score, 0, 0, grade.cell_type == "markdown"))
+                exercise = exercises.setdefault(name, Exercise(name, grade.max_score, 0, 0, is_by_hand(grade)))
                 if exercise.by_hand and grade.needs_manual_grade:
                     exercise.to_grade += 1  # not scored by hand yet: neither passed nor failed
                     continue
@@ -185,7 +186,7 @@ def _summary_text(result: Report) -> str:
                      + ", ".join(f"{s} {late}, penalty {p}" for s, (late, p) in result.late.items()) + ")")
     waiting = {e.name: e.to_grade for e in result.exercises if e.to_grade}
     if waiting:
-        lines.append(f"- answers still to grade by hand (formgrader; they count 0 in the scores above): "
+        lines.append("- answers still to grade by hand (formgrader; they count 0 in the scores above): "
                      + ", ".join(f"{name} {count}" for name, count in waiting.items()))
     lines += ["", "## Exercises, worst first", "",
               "| exercise | points | full marks | pass rate |", "|---|---|---|---|"]
