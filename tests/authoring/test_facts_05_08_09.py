@@ -140,6 +140,29 @@ def test_opcheck_catches_an_undeclared_mutation_and_a_declared_one_compiles_with
     assert torch.equal(compiled, torch.full((3,), 7.0))
 
 
+def test_a_fake_with_the_wrong_shape_passes_aot_eager_and_fails_inductor_and_opcheck():
+    # 09, section 1 and Common mistakes: aot_eager runs the real kernel and never compares it with
+    # the fake; inductor checks the real output's size against the fake's; opcheck's test_faketensor fails.
+    @torch.library.custom_op("facts_05_08_09::twice", mutates_args=())
+    def twice(x: torch.Tensor) -> torch.Tensor:
+        return torch.from_numpy(np.concatenate([x.numpy(), x.numpy()]))
+
+    @twice.register_fake
+    def _(x):
+        return torch.empty_like(x)
+
+    try:
+        torch.compiler.reset()
+        assert torch.compile(twice, backend="aot_eager", fullgraph=True)(torch.randn(3)).shape == (6,)
+        torch.compiler.reset()
+        with pytest.raises(AssertionError, match="expected size 6==3"):
+            torch.compile(twice, backend="inductor", fullgraph=True)(torch.randn(3))
+    finally:
+        torch.compiler.reset()
+    with pytest.raises(Exception, match="test_faketensor failed"):
+        torch.library.opcheck(twice, (torch.randn(3),))
+
+
 def test_a_jacobian_over_a_50000_word_vocabulary_is_10_gb_per_row_in_float32():
     # 05, mistake 5: 50 000^2 float32 entries per row, 10 TB for a batch of 1000 rows.
     per_row = 50_000 ** 2 * torch.empty((), dtype=torch.float32).element_size()
