@@ -17,10 +17,12 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 import pytest
+from playwright.sync_api import expect, sync_playwright
 
 from autograder.authoring.colab import REPOSITORY_VARIABLE
 from autograder.course import Course
 from autograder.grading.demo import make_demo
+from browsing import CHROMIUM_ARGS, find_chromium
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -130,6 +132,31 @@ def built_book(tmp_path_factory) -> BuiltBook:
         patch.setenv(REPOSITORY_VARIABLE, CLASS_REPOSITORY)
         built = build(course, root / "book", work=root / "work")
     return BuiltBook(course, root / "book", root / "work", built.executed)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Debian's chromium, headless, for a test file; skips, saying why, where it is not installed."""
+    chromium = find_chromium()
+    if chromium is None:
+        pytest.skip("Debian's chromium is not installed (no /usr/bin/chromium, none on PATH, $CHROMIUM "
+                    "unset): `make browser` installs it with apt-get")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(browser):
+    """A fresh browser context and page, 1400x900, with waits long enough for 2 loaded cores."""
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    # expect() waits 5 s by default: too short for a 42-cell notebook to render on 2 loaded cores
+    expect.set_options(timeout=30_000)
+    yield page
+    context.close()
 
 
 def read_notebook(path: Path) -> dict:

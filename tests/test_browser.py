@@ -1,4 +1,5 @@
-"""A real JupyterLab in headless Chromium: the student's path, the instructor's, and the book.
+"""A real JupyterLab in headless Chromium: the student's path and the instructor's, and the feedback
+pages and class report as they open offline (the book as a reader sees it: tests/authoring/test_book.py).
 
 Each test starts JupyterLab from this environment on a free localhost port, on a temporary copy
 of the course, and drives Debian's chromium with Playwright (no browser download; `make browser`
@@ -10,30 +11,24 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import re
-import shutil
 import subprocess
 import sys
-import urllib.parse
-import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
 import pytest
-from playwright.sync_api import expect, sync_playwright
+from playwright.sync_api import expect
 
 from autograder.course import Course
 from autograder.grading.demo.make_demo import DEMO_ROOT
-from conftest import REPO, filled_release, nbgrader_meta, read_notebook, running_jupyter, solution_answers, source
+from browsing import Steps
+from conftest import filled_release, nbgrader_meta, read_notebook, running_jupyter, solution_answers, source
 
 pytestmark = pytest.mark.slow
 
 ASSIGNMENT = "01_first_function"
-ARTIFACTS = REPO / "test-artifacts" / "browser"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 TRACEBACK = "Traceback (most recent call last)"  # how Lab shows a cell's error
 LAB_START_TIMEOUT = 60  # seconds; a cold start on 2 busy cores takes about 10
 KERNEL_TIMEOUT_MS = 120_000  # running the notebook or validating it (each about 10 s here)
@@ -42,66 +37,6 @@ LAB_SETTINGS = {
     "@jupyterlab/notebook-extension/tracker": {"windowingMode": "none"},
     "@jupyterlab/apputils-extension/notification": {"fetchNews": "false", "checkForUpdates": False},
 }
-
-
-def find_chromium() -> str | None:
-    """Debian's chromium: $CHROMIUM if set, else /usr/bin/chromium or `chromium` on PATH."""
-    for candidate in (os.environ.get("CHROMIUM"), "/usr/bin/chromium", shutil.which("chromium")):
-        if candidate and os.access(candidate, os.X_OK):
-            return candidate
-    return None
-
-
-@pytest.fixture(scope="module")
-def browser():
-    chromium = find_chromium()
-    if chromium is None:
-        pytest.skip("Debian's chromium is not installed (no /usr/bin/chromium, none on PATH, $CHROMIUM "
-                    "unset): `make browser` installs it with apt-get")
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
-
-
-@pytest.fixture
-def page(browser):
-    context = browser.new_context(viewport={"width": 1400, "height": 900})
-    page = context.new_page()
-    page.set_default_timeout(30_000)
-    # expect() waits 5 s by default: too short for a 42-cell notebook to render on 2 loaded cores
-    expect.set_options(timeout=30_000)
-    yield page
-    context.close()
-
-
-class Steps:
-    """Run a test as named steps: a screenshot after each, and a failure that names its step."""
-
-    def __init__(self, page, name: str):
-        self.page = page
-        self.folder = ARTIFACTS / name
-        shutil.rmtree(self.folder, ignore_errors=True)
-        self.folder.mkdir(parents=True)
-        self.count = 0
-
-    @contextmanager
-    def step(self, name: str) -> Iterator[None]:
-        self.count += 1
-        shot = self.folder / f"{self.count:02d}-{name.replace(' ', '-')}"
-        try:
-            yield
-        except Exception as error:
-            self._screenshot(shot.with_name(shot.name + "-FAILED.png"))
-            raise AssertionError(f"browser step {self.count} '{name}' broke: {type(error).__name__}: "
-                                 f"{error}\n(screenshot: {shot.with_name(shot.name + '-FAILED.png')})") from error
-        self._screenshot(shot.with_name(shot.name + ".png"))
-
-    def _screenshot(self, path: Path) -> None:
-        try:
-            self.page.screenshot(path=str(path), full_page=False)
-        except Exception:  # a dead page must not hide the real failure
-            pass
 
 
 @contextmanager
@@ -252,101 +187,6 @@ def test_instructor_opens_the_formgrader(course_copy, page, tmp_path_factory):
                 expect(row.locator(".student-name")).to_have_text(names[student])
                 expect(row.locator(".score")).to_have_text(f"{score:g} / {max_score:g}")
                 expect(row.locator(".status")).to_have_text("graded")
-
-
-def test_reader_uses_the_book_offline(built_book, page):
-    """The built book, opened from disk with every network request refused: math, search, dark mode,
-    a folded model answer, figures, and every internal link."""
-    page.context.route(re.compile(r"^https?://"), lambda route: route.abort())  # offline: only file:// loads
-    chapter = built_book.output / "06_checking_gradients" / "06_checking_gradients.html"
-    steps = Steps(page, "book")
-
-    with steps.step("open the index and the chapter on checking gradients"):
-        page.goto((built_book.output / "index.html").as_uri())
-        page.locator(".bd-sidebar-primary").get_by_role("link", name=re.compile(r"^06 · ")).click()
-        page.wait_for_url(chapter.as_uri())
-
-    with steps.step("see formulas rendered as math"):
-        article = page.locator("article.bd-article")
-        page.locator("article mjx-container").first.wait_for()
-        rendered = page.locator("article mjx-container").count()
-        assert rendered >= 10, f"only {rendered} formulas rendered"
-        text = article.inner_text()
-        assert "$$" not in text and "\\frac" not in text and "\\(" not in text, "raw TeX is visible"
-
-    with steps.step("search for a word of that chapter"):
-        page.locator(".search-button-field").first.click()
-        page.locator("#pst-search-dialog input[name=q]").fill("gradgradcheck")
-        page.keyboard.press("Enter")
-        page.wait_for_url(re.compile(r"/search\.html\?q=gradgradcheck"))
-        result = page.locator("#search-results a[href*='06_checking_gradients']").first
-        result.wait_for()
-
-    with steps.step("open the result"):
-        result.click()
-        page.wait_for_url(re.compile(r"06_checking_gradients\.html"))
-
-    with steps.step("switch between light and dark mode"):
-        html = page.locator("html")
-        background = lambda: page.evaluate("getComputedStyle(document.body).backgroundColor")
-        for mode in ("light", "dark"):
-            page.locator(".theme-switch-button").first.click()
-            page.locator(f".theme-change-button[data-mode={mode}]").first.click()
-            expect(html).to_have_attribute("data-theme", mode)
-            if mode == "light":
-                light = background()
-        assert background() != light, f"the page looks the same in dark mode ({light})"
-
-    with steps.step("a model answer is folded until clicked"):
-        answer = page.locator("details.hide.above-input").first
-        code = answer.locator("pre").first
-        answer.scroll_into_view_if_needed()
-        expect(code).to_be_hidden()
-        answer.locator("summary").click()
-        expect(code).to_be_visible()
-        assert "class " in code.inner_text() or "def " in code.inner_text()
-
-    with steps.step("see every figure rendered, with alt text"):
-        page.goto((built_book.output / "01_first_function" / "01_first_function.html").as_uri())
-        figures = page.locator("article img")
-        assert figures.count() > 0
-        for i in range(figures.count()):
-            figures.nth(i).scroll_into_view_if_needed()
-            width = figures.nth(i).evaluate("img => img.complete ? img.naturalWidth : 0")
-            assert width > 100, f"figure {i + 1} has not rendered (natural width {width})"
-            assert figures.nth(i).get_attribute("alt").startswith("Figure ")
-
-    with steps.step("see the hints collapsed"):
-        cells = read_notebook(REPO / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb")["cells"]  # chapter 01, open above
-        written = sum(source(c).count("<details>") for c in cells if c["cell_type"] == "markdown")
-        # Hints are the markdown's own <details>; folded answers are MyST-NB's (class "hide").
-        hints = page.locator("details:not(.hide):not(.model-answer)")
-        assert written and hints.count() == written, f"the chapter shows {hints.count()} hints, its notebook has {written}"
-        assert hints.evaluate_all("blocks => blocks.every(b => !b.open)"), "hints should start collapsed"
-        expect(hints.first.locator("summary")).to_be_visible()
-        hidden = hints.first.locator("p").first
-        expect(hidden).to_be_hidden()
-        hints.first.locator("summary").click()
-        expect(hidden).to_be_visible()
-
-    with steps.step("follow every internal link"):
-        pages = [built_book.output / "index.html"] + sorted(p for p in built_book.output.glob("*/*.html")
-                                                            if p.parent.name != "_static")
-        wanted: dict[Path, set[str]] = {}  # file -> anchors linked in it
-        for source_page in pages:
-            page.goto(source_page.as_uri())
-            hrefs = page.eval_on_selector_all("a[href]", "links => links.map(a => a.href)")  # resolved
-            for link in (href for href in hrefs if href.startswith("file:")):
-                target, _, anchor = link.partition("#")
-                path = Path(urllib.request.url2pathname(target.removeprefix("file://")))
-                assert path.is_file(), f"{source_page.name} links {link}: no such file"
-                wanted.setdefault(path, set()).update({urllib.parse.unquote(anchor)} if anchor else set())
-        for path, anchors in wanted.items():
-            if path.suffix == ".html":
-                page.goto(path.as_uri())
-                ids = set(page.eval_on_selector_all("[id]", "elements => elements.map(e => e.id)"))
-                assert anchors <= ids, f"{path.name} has no anchors {sorted(anchors - ids)}"
-        assert len(wanted) > len(pages) and sum(map(len, wanted.values())) > 5 * len(pages)
 
 
 LONG_ERROR = "gradient_" + "x" * 600  # one unbroken word, far wider than a 1280 px window

@@ -1,26 +1,31 @@
 """The rendered course (make book): Sphinx + MyST-NB, every chapter run, cached, links that resolve.
 
-The book is built once per session (``built_book`` in conftest.py); what a reader sees in a
-browser (math, search, dark mode, folded answers) is in tests/test_browser.py.
+The book is built once per session (``built_book`` in conftest.py), so every test that reads it is
+in this file, what a reader sees in a real browser (math, search, dark mode, folded answers) too.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
+import urllib.parse
+import urllib.request
 import zipfile
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 import pytest
+from playwright.sync_api import expect
 
 from autograder.authoring import book as book_module
 from autograder.authoring.book import build
 from autograder.authoring.colab import REPOSITORY_VARIABLE, binder_url, colab_url
 from autograder.course import Course, CourseError
+from browsing import Steps
 from conftest import CLASS_REPOSITORY, REPO, read_notebook, source
 
 pytestmark = pytest.mark.slow
@@ -298,3 +303,99 @@ def test_the_instructors_guide_is_in_the_book_and_the_readme_links_its_sources(b
         assert title in Page(built_book.output / "instructors" / f"{name}.html").visible_text
         assert f"](autograder/authoring/book/instructors/{name}.md)" in readme
         assert (REPO / "autograder" / "authoring" / "book" / "instructors" / f"{name}.md").is_file()
+
+
+def test_reader_uses_the_book_offline(built_book, page):
+    """The built book, opened from disk with every network request refused: math, search, dark mode,
+    a folded model answer, figures, and every internal link."""
+    page.context.route(re.compile(r"^https?://"), lambda route: route.abort())  # offline: only file:// loads
+    chapter = built_book.output / "06_checking_gradients" / "06_checking_gradients.html"
+    steps = Steps(page, "book")
+    assignment = "01_first_function"
+
+    with steps.step("open the index and the chapter on checking gradients"):
+        page.goto((built_book.output / "index.html").as_uri())
+        page.locator(".bd-sidebar-primary").get_by_role("link", name=re.compile(r"^06 · ")).click()
+        page.wait_for_url(chapter.as_uri())
+
+    with steps.step("see formulas rendered as math"):
+        article = page.locator("article.bd-article")
+        page.locator("article mjx-container").first.wait_for()
+        rendered = page.locator("article mjx-container").count()
+        assert rendered >= 10, f"only {rendered} formulas rendered"
+        text = article.inner_text()
+        assert "$$" not in text and "\\frac" not in text and "\\(" not in text, "raw TeX is visible"
+
+    with steps.step("search for a word of that chapter"):
+        page.locator(".search-button-field").first.click()
+        page.locator("#pst-search-dialog input[name=q]").fill("gradgradcheck")
+        page.keyboard.press("Enter")
+        page.wait_for_url(re.compile(r"/search\.html\?q=gradgradcheck"))
+        result = page.locator("#search-results a[href*='06_checking_gradients']").first
+        result.wait_for()
+
+    with steps.step("open the result"):
+        result.click()
+        page.wait_for_url(re.compile(r"06_checking_gradients\.html"))
+
+    with steps.step("switch between light and dark mode"):
+        html = page.locator("html")
+        background = lambda: page.evaluate("getComputedStyle(document.body).backgroundColor")
+        for mode in ("light", "dark"):
+            page.locator(".theme-switch-button").first.click()
+            page.locator(f".theme-change-button[data-mode={mode}]").first.click()
+            expect(html).to_have_attribute("data-theme", mode)
+            if mode == "light":
+                light = background()
+        assert background() != light, f"the page looks the same in dark mode ({light})"
+
+    with steps.step("a model answer is folded until clicked"):
+        answer = page.locator("details.hide.above-input").first
+        code = answer.locator("pre").first
+        answer.scroll_into_view_if_needed()
+        expect(code).to_be_hidden()
+        answer.locator("summary").click()
+        expect(code).to_be_visible()
+        assert "class " in code.inner_text() or "def " in code.inner_text()
+
+    with steps.step("see every figure rendered, with alt text"):
+        page.goto((built_book.output / "01_first_function" / "01_first_function.html").as_uri())
+        figures = page.locator("article img")
+        assert figures.count() > 0
+        for i in range(figures.count()):
+            figures.nth(i).scroll_into_view_if_needed()
+            width = figures.nth(i).evaluate("img => img.complete ? img.naturalWidth : 0")
+            assert width > 100, f"figure {i + 1} has not rendered (natural width {width})"
+            assert figures.nth(i).get_attribute("alt").startswith("Figure ")
+
+    with steps.step("see the hints collapsed"):
+        cells = read_notebook(REPO / "solutions" / assignment / f"{assignment}.ipynb")["cells"]  # chapter 01, open above
+        written = sum(source(c).count("<details>") for c in cells if c["cell_type"] == "markdown")
+        # Hints are the markdown's own <details>; folded answers are MyST-NB's (class "hide").
+        hints = page.locator("details:not(.hide):not(.model-answer)")
+        assert written and hints.count() == written, f"the chapter shows {hints.count()} hints, its notebook has {written}"
+        assert hints.evaluate_all("blocks => blocks.every(b => !b.open)"), "hints should start collapsed"
+        expect(hints.first.locator("summary")).to_be_visible()
+        hidden = hints.first.locator("p").first
+        expect(hidden).to_be_hidden()
+        hints.first.locator("summary").click()
+        expect(hidden).to_be_visible()
+
+    with steps.step("follow every internal link"):
+        pages = [built_book.output / "index.html"] + sorted(p for p in built_book.output.glob("*/*.html")
+                                                            if p.parent.name != "_static")
+        wanted: dict[Path, set[str]] = {}  # file -> anchors linked in it
+        for source_page in pages:
+            page.goto(source_page.as_uri())
+            hrefs = page.eval_on_selector_all("a[href]", "links => links.map(a => a.href)")  # resolved
+            for link in (href for href in hrefs if href.startswith("file:")):
+                target, _, anchor = link.partition("#")
+                path = Path(urllib.request.url2pathname(target.removeprefix("file://")))
+                assert path.is_file(), f"{source_page.name} links {link}: no such file"
+                wanted.setdefault(path, set()).update({urllib.parse.unquote(anchor)} if anchor else set())
+        for path, anchors in wanted.items():
+            if path.suffix == ".html":
+                page.goto(path.as_uri())
+                ids = set(page.eval_on_selector_all("[id]", "elements => elements.map(e => e.id)"))
+                assert anchors <= ids, f"{path.name} has no anchors {sorted(anchors - ids)}"
+        assert len(wanted) > len(pages) and sum(map(len, wanted.values())) > 5 * len(pages)
