@@ -37,11 +37,12 @@ lab: install  ## Open the student notebooks (course/) in JupyterLab
 
 # The test files run in parallel, one worker per core (TEST_WORKERS=1: one after the other); each
 # file's tests stay on one worker, so a file's costly fixtures (a graded class, the book) are made
-# once per file; the longest files start first (tests/conftest.py: pytest_collection_modifyitems).
+# once per file; the longest files start first (tests/conftest.py: pytest_collection_modifyitems;
+# --no-loadscope-reorder keeps that order, which xdist otherwise replaces by the number of tests a file has).
 TEST_WORKERS ?= auto
 
 test: install browser postgres  ## Run the whole test suite (what CI runs)
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 release: install  ## Regenerate course/ from solutions/ with nbgrader
 	$(BIN)/python -m autograder release

@@ -111,6 +111,18 @@ def test_ci_runs_the_readme_test_command():
     assert "make test" in (REPO / "README.md").read_text()
 
 
+def test_make_test_hands_out_the_longest_files_first_and_each_of_them_exists():
+    # xdist's loadfile sorts files by their number of tests unless told not to; then LONGEST_FIRST
+    # (conftest.py) is the order the workers get them in, and a renamed file would drop out silently.
+    from conftest import LONGEST_FIRST
+
+    recipe = subprocess.run(["make", "-n", "test", "BIN=.venv/bin"], cwd=REPO, capture_output=True, text=True).stdout
+    pytest_line = next(line for line in recipe.splitlines() if " -m pytest " in line)
+    assert "--dist loadfile" in pytest_line and "--no-loadscope-reorder" in pytest_line, pytest_line
+    assert len(set(LONGEST_FIRST)) == len(LONGEST_FIRST)
+    assert [path for path in LONGEST_FIRST if not (REPO / path).is_file()] == []
+
+
 @pytest.mark.parametrize("typed, published", [
     ([], ""),                                          # every assignment: A's default is the grading targets'
     (["A=02_saving_for_backward"], "02_saving_for_backward"),
