@@ -211,7 +211,7 @@ class Judges:
                kind: str = "apply", uses: tuple = ()) -> None:
         import torch
 
-        from autograder.student.checker.transforms import difference, draw_payload, fresh, run_transform, used_outputs
+        from autograder.student.checker.transforms import difference, draw_payload, expected_results, fresh, used_outputs
 
         if not isinstance(function, StudentObject) or set(options) - set(TRANSFORMS) - ALLOWED:
             raise Unsupported("not a check of the student's Function")
@@ -237,7 +237,7 @@ class Judges:
         for name in [t for t in TRANSFORMS if options.get(t)]:
             used = used_outputs(expected)
             payload = draw_payload(name, leaves, expected)
-            transforms.append((name, run_transform(name, reference, fresh(leaves), payload, used)))
+            transforms.append((name, expected_results(name, reference, fresh(leaves), payload, used)))
             request.setdefault("transforms", []).append({
                 "kind": name, "used": used, "payload": {k: [encode(v) for v in vs] for k, vs in payload.items()}})
 

@@ -67,14 +67,16 @@ def check_callable(function, reference, *args, rtol: float = RTOL, atol: float =
 
 def _compare_transforms(name, run, reference, args, kinds, inputs, report, rtol, atol) -> None:
     """The options: each transform's results for the callable against the reference's, on the same random payload."""
-    from autograder.student.checker.transforms import difference, draw_payload, fresh, run_transform, used_outputs
+    from autograder.student.checker.transforms import (
+        difference, draw_payload, expected_results, fresh, run_transform, used_outputs,
+    )
 
     for kind in kinds:
         reference_args = fresh(args)
         expected_outputs = _as_tuple(_run_reference(reference, reference_args)) if kind != "mutates" else ()
         used = used_outputs(expected_outputs)
         payload = draw_payload(kind, reference_args, expected_outputs, _Generator().manual_seed(97))
-        expected = run_transform(kind, lambda *a: _run_reference(reference, a), fresh(args), payload, used)
+        expected = expected_results(kind, lambda *a: _run_reference(reference, a), fresh(args), payload, used)
         got = _run_student(f"{name} {kind}", lambda: run_transform(kind, run(), fresh(args), payload, used), inputs)
         problem = difference(kind, got, expected, rtol, atol)
         if problem:
