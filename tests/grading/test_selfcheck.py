@@ -54,6 +54,18 @@ def test_check_of_a_missing_notebook_is_one_clear_line(tmp_path):
     assert result.stderr.strip().splitlines() == [f"error: no notebook at {tmp_path / 'nope.ipynb'}"]
 
 
+@pytest.mark.slow
+def test_check_of_a_notebook_that_compiles_writes_nothing_on_stderr(tmp_path):
+    """09 compiles with torch.compile, whose graphs run under a silent tqdm bar: check must not end with
+    multiprocessing's "leaked semaphore objects" warning (or anything else) on the student's terminal."""
+    assignment = "09_production_pytorch"
+    mine = tmp_path / f"{assignment}.ipynb"
+    mine.write_text(json.dumps(filled_release(REPO, assignment, solution_answers(REPO, assignment))))
+    result = _check(mine)
+    assert result.returncode == 0 and "6 passed, 0 failed" in result.stdout, result.stdout + result.stderr
+    assert result.stderr == "", result.stderr
+
+
 def _course_copy(tmp_path, with_solutions: bool = True):
     import shutil
 

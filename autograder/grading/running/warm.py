@@ -34,6 +34,7 @@ import torch.utils.benchmark  # noqa: F401
 import torch._subclasses.schema_check_mode  # noqa: F401  (torch.func imports it on first use)
 import PIL.Image
 import stack_data  # noqa: F401  (IPython formats tracebacks with it)
+import threading
 import pygments.formatters.terminal256  # noqa: F401  (and this)
 from IPython.core.displayhook import DisplayHook
 from IPython.core.error import UsageError
@@ -49,6 +50,15 @@ import autograder.grading.running.tamper
 
 matplotlib.pyplot.switch_backend("module://matplotlib_inline.backend_inline")  # what each shell enables
 PIL.Image.init()  # the image format plugins, otherwise loaded by each child's first figure
+# torch.fx runs every traced graph under a (silent) tqdm bar, whose first use makes tqdm's class-wide
+# multiprocessing lock: made in a child that then exits, it is reported by `check` as "leaked semaphore
+# objects" (09, whose notebook compiles). A child grades one notebook in one process: a thread lock does.
+try:
+    import tqdm
+except ImportError:  # (no tqdm: torch.hub's stand-in takes no lock)
+    pass
+else:
+    tqdm.tqdm.set_lock(threading.RLock())
 # The tamper guard's record of the genuine objects, taken once here, where no student code has run:
 # every child checks against it (taking it in each child cost ~8 ms).
 GENUINE = autograder.grading.running.tamper.Guard()
