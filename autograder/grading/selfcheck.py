@@ -73,11 +73,11 @@ def check_notebook(notebook: Path, course: Course) -> list[TestResult]:
         with scratch.gradebook() as gb:
             grades = {g.name: g for g in gb.find_submission_notebook(assignment, assignment, STUDENT).grades}
             order = list(messages) + sorted(set(grades) - set(messages))  # deleted cells come last
-            return [TestResult(name, messages.get(name, ("", ""))[0], grades[name].score,
-                               grades[name].max_score, messages.get(name, ("", ""))[1])
-                    if not is_by_hand(grades[name]) else
-                    TestResult(name, BY_HAND if grades[name].auto_score is None else BLANK, 0.0,
+            return [TestResult(name, BY_HAND if grades[name].auto_score is None else BLANK, 0.0,
                                grades[name].max_score, by_hand=True)
+                    if is_by_hand(grades[name]) else
+                    TestResult(name, messages.get(name, ("", ""))[0], grades[name].score,
+                               grades[name].max_score, messages.get(name, ("", ""))[1])
                     for name in order if name in grades]
 
 

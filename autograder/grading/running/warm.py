@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 import io
 import sys
+import threading
 
 import IPython  # noqa: F401  (imported here so children need not)
 import IPython.core.completer  # noqa: F401  (this and the IPython modules below: what every new shell imports)
@@ -34,7 +35,6 @@ import torch.utils.benchmark  # noqa: F401
 import torch._subclasses.schema_check_mode  # noqa: F401  (torch.func imports it on first use)
 import PIL.Image
 import stack_data  # noqa: F401  (IPython formats tracebacks with it)
-import threading
 import pygments.formatters.terminal256  # noqa: F401  (and this)
 from IPython.core.displayhook import DisplayHook
 from IPython.core.error import UsageError

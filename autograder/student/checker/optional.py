@@ -16,10 +16,10 @@ from autograder.student.checker.references import (
     _equal, _float64, _func_vjp, _Generator, _Inputs, _make_dual, _randn, _randperm, _stack,
     _is_float_tensor, _StudentError, _Tensor, _torch_compile, _unpack_dual, _vmap, _zeros_like,
 )
+from autograder.student.checker.transforms import COMPILE_BACKEND
 
 
 _BATCH = 3  # examples in a vmap batch
-_COMPILE_BACKEND = "aot_eager"  # traces forward and backward like inductor, without a C++ compiler
 
 
 def _check_under_vmap(function, reference, inputs, report, rtol, atol) -> None:
@@ -247,7 +247,7 @@ def _check_under_compile(function, reference, inputs, report, rtol, atol) -> Non
     label = "under torch.compile"
     _compiler_reset()
     try:
-        compiled = _torch_compile(_applier(function), backend=_COMPILE_BACKEND, fullgraph=True)
+        compiled = _torch_compile(_applier(function), backend=COMPILE_BACKEND, fullgraph=True)
         call, leaves = inputs.fresh()
         got = _as_tuple(_run_compiled(label, lambda: compiled(*call), inputs))
         expected = _as_tuple(_run_reference(reference, inputs.fresh()[0]))

@@ -26,7 +26,7 @@ LABELS = {"vmap": "under torch.func.vmap", "forward_ad": "through forward-mode A
           "double_backward": "differentiating backward again (double backward)",
           "compile": "under torch.compile", "mutates": "changing its inputs in place"}
 BATCH = 3
-COMPILE_BACKEND = "aot_eager"
+COMPILE_BACKEND = "aot_eager"  # Dynamo and AOTAutograd capture as for inductor; no inductor, no C++ compiler
 
 
 def fresh(args) -> list:
