@@ -12,9 +12,9 @@ notebook needs neither the course's sources nor the grader.
 """
 
 from autograder.student.checker import (
-    check_callable, check_forward, check_function, check_saved, check_values, check_with,
+    check_callable, check_device, check_forward, check_function, check_saved, check_values, check_with,
 )
 from autograder.student.graph import draw_graph
 
-__all__ = ["check_callable", "check_forward", "check_function", "check_saved", "check_values", "check_with",
-           "draw_graph"]
+__all__ = ["check_callable", "check_device", "check_forward", "check_function", "check_saved", "check_values",
+           "check_with", "draw_graph"]
