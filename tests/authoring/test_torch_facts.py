@@ -116,6 +116,25 @@ def test_checkpoint_keeps_only_the_input_and_save_on_cpu_moves_saved_tensors():
     assert torch.allclose(g2, expected)
 
 
+def test_two_generators_on_one_device_seeded_alike_draw_the_same_mask():
+    """02's SeededDropout draws its mask again in backward from a generator on x's device."""
+    x = torch.randn(4, 5)
+    draw = lambda: torch.rand(x.shape, generator=torch.Generator(x.device).manual_seed(7), device=x.device)  # noqa: E731
+    assert torch.equal(draw(), draw())
+    assert torch.Generator(x.device).device == x.device
+    assert torch.equal(draw(), torch.rand(x.shape, generator=torch.Generator().manual_seed(7)))  # the CPU: as before
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_cpu_generator_cannot_draw_on_a_gpu_and_a_gpu_one_draws_other_numbers():
+    """02: 'a CPU generator cannot draw a GPU tensor, and a GPU's generator gives other numbers than the CPU's'."""
+    with pytest.raises(RuntimeError):
+        torch.rand(3, generator=torch.Generator().manual_seed(7), device="cuda")
+    on_gpu = torch.rand(1000, generator=torch.Generator("cuda").manual_seed(7), device="cuda")
+    assert not torch.equal(on_gpu.cpu(), torch.rand(1000, generator=torch.Generator().manual_seed(7)))
+
+
 # 03 -- an optional bias and trailing Nones -----------------------------------------------------------
 
 def test_nn_linear_without_bias_registers_a_none_parameter():
@@ -301,6 +320,16 @@ def test_timer_runs_number_calls_between_two_reads_of_its_clock():
     reads = [i for i, e in enumerate(events) if e == "clock"]
     assert reads[-1] - reads[-2] - 1 == 25 and events[reads[-2] + 1:reads[-1]] == ["call"] * 25
     assert events.count("call") > 25, "after a warm-up run of its own"
+
+
+def test_timer_timeit_one_times_one_call_between_two_reads_of_its_clock():
+    """07: Timer(...).timeit(1) synchronises around a single call (latency), like measure; after 2 warm-up calls."""
+    from torch.utils.benchmark import Timer
+
+    events = []
+    clock = lambda: events.append("clock") or float(len(events))  # noqa: E731
+    Timer("events.append('call')", globals={"events": events}, timer=clock).timeit(1)
+    assert events == ["clock", "call", "call", "clock", "clock", "call", "clock"]
 
 
 def test_timer_runs_on_one_thread_unless_given_num_threads():
