@@ -21,6 +21,7 @@ import datetime
 import io
 import json
 import math
+import os
 import platform
 import statistics
 import time
@@ -34,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.benchmark import Timer
 
-FORMAT = 1
+FORMAT = 2  # 2: the timer check keeps latency and throughput apart, four figures (format 1 compared one of each)
 ILLUSTRATIVE_FILE = "illustrative_two_devices.json"
 # The recordings and figures assignment 07 reads: package data, wherever the package is installed.
 DATA_DIR = Path(str(resources.files("autograder.student") / "data"))
@@ -43,6 +44,16 @@ PASSES = ("forward", "forward+backward")
 LARGEST_EXPONENT = {"cuda": 27, "mps": 24, "cpu": 22}  # default sweep: 2**10 ... 2**this elements
 # Keys every record has; the issue asks for device name, torch and CUDA versions and date.
 PROVENANCE_KEYS = ("device", "device_name", "torch_version", "cuda_version", "date")
+# The timer check compares like with like, each with its own bar, at the record's largest size: latency
+# (a synchronisation after every call: median_time against Timer.timeit(1)) and throughput (calls back to
+# back: throughput_seconds against Timer.blocked_autorange). On the H200 both agreed within 2% at 2**27.
+LATENCY_BAR = 0.10
+THROUGHPUT_BAR = 0.10
+# The course's bar for the fused bias + GELU forward+backward at the largest size: a share of the copy_
+# bandwidth measured in the same run, set for an NVIDIA H100. What it is as a share of the memory's peak on
+# paper depends on the device (copy_'s own share of that peak): the notebook shows both, per record.
+FUSED_BAR = 0.70
+FUSED_BAR_DEVICE = "H100"
 
 
 # --------------------------------------------------------------------------------------------
@@ -81,6 +92,22 @@ def device_name(device) -> str:
     if device.type == "mps":
         return f"Apple GPU (mps) on {cpu_name()}"
     return cpu_name()
+
+
+def live_label(what) -> str:
+    """"LIVE <what>: <machine>, load <L> on <N> cores": what a live measurement is labelled with.
+
+    ``what`` is a device ("cpu", "cuda") or a name for something that runs on this CPU ("toy device").
+    A live number is this machine's at this moment: the label says which machine, and how busy it was
+    (the 1-minute load average, where the system has one), so that a page built elsewhere, such as
+    the course's book, does not pass its build machine's numbers off as the lesson's.
+    """
+    try:
+        name = device_name(what)
+    except RuntimeError:
+        name = cpu_name()
+    load = f", load {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores" if hasattr(os, "getloadavg") else ""
+    return f"LIVE {what}: {name}{load}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -303,6 +330,10 @@ def check_record(data: dict) -> list[str]:
     problems = [f"missing {key!r}" for key in required if key not in data]
     if problems:
         return problems
+    if data.get("format") != FORMAT:
+        problems.append(f"format {data.get('format')!r}, not {FORMAT} (convert it: record_timings.upgrade_record)")
+    if not all(isinstance(data["timer_agreement"].get(way), dict) for way in ("latency", "throughput")):
+        problems.append("a timer check without its latency and throughput halves")
     if data.get("kind") != "measurement":
         problems.append(f"kind is {data.get('kind')!r}, not 'measurement'")
     if data["device"] == "cuda" and not data["cuda_version"]:
@@ -342,6 +373,33 @@ def reference_gpu_record(folder=DATA_DIR) -> dict | None:
     """The GPU reference record in ``folder`` (CUDA first, then mps), or None if none was made."""
     records = (load_record(Path(folder) / f"reference_{device}.json") for device in ("cuda", "mps"))
     return next((data for data in records if data is not None), None)
+
+
+TIMER_FIGURES = {"latency": ("median_time_seconds", "timer_timeit_1_seconds"),
+                 "throughput": ("throughput_seconds", "blocked_autorange_seconds")}
+
+
+def complete(key: str, value) -> bool:
+    """Whether a record's ``key`` holds every figure: both sides of both halves of a timer check."""
+    if key != "timer_agreement":
+        return value is not None
+    return value is not None and all(name in value.get(way, {}) for way, names in TIMER_FIGURES.items()
+                                     for name in names)
+
+
+def figures(data: dict, key: str) -> tuple[dict | None, str | None]:
+    """(``data[key]``, None) when the record's own run measured all of it; else the first of its
+    ``other_runs`` that did, with where that run's figures come from; (None, None) when none did.
+
+    A record converted from an older format lacks what its run did not measure; figures measured in
+    another run on the same machine travel in ``other_runs``, each saying where it was made.
+    """
+    if complete(key, data.get(key)):
+        return data[key], None
+    for run in data.get("other_runs", []):
+        if complete(key, run.get(key)):
+            return run[key], run["source"]
+    return None, None
 
 
 def series(rows: list[dict], device: str, variant: str, pass_: str = "forward+backward"):
