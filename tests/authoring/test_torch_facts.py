@@ -7,11 +7,15 @@ key substrings, not whole sentences: wording drifts between releases.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import warnings
 
 import pytest
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 
 def _saved(function, *args):
@@ -340,6 +344,64 @@ def test_timer_runs_on_one_thread_unless_given_num_threads():
     Timer("seen.append(torch.get_num_threads())", globals={"seen": seen}, num_threads=3).timeit(1)
     assert set(seen[:2]) == {1} and set(seen[-2:]) == {3}
     assert torch.get_num_threads() == before, "and the count is restored after"
+
+
+# 07_gpu_timing -- kernels per call, and CUDA calls without a GPU ----------------------------------------------
+
+class _OpLog(TorchDispatchMode):
+    """The aten operations that run (each one kernel on a GPU, for these elementwise ops)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+class _SiLU(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * torch.sigmoid(x)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (x,) = ctx.saved_tensors
+        s = torch.sigmoid(x)
+        return grad_output * s * (1 + x * (1 - s))
+
+
+@pytest.mark.parametrize("function, forward, backward", [(_SiLU.apply, 2, 6), (torch.nn.functional.silu, 1, 1)],
+                         ids=["your-SiLU", "F.silu"])
+def test_kernels_per_forward_and_backward(function, forward, backward):
+    """07: "Your SiLU runs 2 kernels forward and 6 backward; F.silu runs one each way" (6 more launches on a GPU)."""
+    x, grad_output = torch.randn(8, requires_grad=True), torch.randn(8)
+    with _OpLog() as ran_forward:
+        y = function(x)
+    with _OpLog() as ran_backward:
+        torch.autograd.grad(y, x, grad_output)
+    assert (len(ran_forward.ops), len(ran_backward.ops)) == (forward, backward), (ran_forward.ops, ran_backward.ops)
+
+
+@pytest.mark.skipif(torch.version.cuda is not None, reason="a torch built without CUDA")
+def test_synchronize_on_a_torch_built_without_cuda_raises_an_assertion_error():
+    """07: 'a torch built without CUDA raises AssertionError ("Torch not compiled with CUDA enabled")'."""
+    with pytest.raises(AssertionError, match="not compiled with CUDA"):
+        torch.cuda.synchronize()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (and so a CUDA build of torch)")
+def test_a_cuda_build_with_no_gpu_visible_raises_a_runtime_error_and_creates_events():
+    """07: on a CUDA build with no GPU (Colab's CPU runtime) synchronize raises RuntimeError; Event() raises nothing."""
+    code = ("import torch\nassert not torch.cuda.is_available()\ntorch.cuda.Event(enable_timing=True)\n"
+            "try:\n    torch.cuda.synchronize()\nexcept RuntimeError as error:\n    print('RuntimeError:', error)\n")
+    ran = subprocess.run([sys.executable, "-c", code], env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
+                         capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0, ran.stderr
+    assert "RuntimeError: No CUDA GPUs are available" in ran.stdout, ran.stdout
 
 
 # 01 -- when not to write a Function ---------------------------------------------------------------
