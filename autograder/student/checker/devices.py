@@ -28,10 +28,10 @@ def device_record(function, args, device="meta") -> dict:
     Returns plain data: the device, the stage that raised and what it raised (with the student's
     line), the devices of forward's tensor outputs and of the gradients backward returned.
     """
-    device = _device(device)
-    record = {"device": str(device), "stage": None, "error": None, "line": "", "outputs": [], "gradients": []}
     call = [a.detach().to(device).requires_grad_(_is_float_tensor(a)) if isinstance(a, _Tensor) else a
             for a in args]
+    device = next((a.device for a in call if isinstance(a, _Tensor)), _device(device))  # "cuda" as cuda:0
+    record = {"device": str(device), "stage": None, "error": None, "line": "", "outputs": [], "gradients": []}
     stage = "forward"
     try:
         with _enable_grad():
@@ -56,10 +56,15 @@ def device_problem(name: str, record: dict, device="meta") -> str | None:
         made = _device_mistake(record["error"], device)
         return f"{name}: {_wrong_device(record['stage'], made, device)}{record['line']}" if made else None
     for stage, devices in (("forward", record["outputs"]), ("backward", record["gradients"])):
-        stray = [d for d in devices if d is not None and _device(d) != device]
+        stray = [d for d in devices if d is not None and not _same_device(_device(d), device)]
         if stray:
             return f"{name}: {_wrong_device(stage, stray[0], device, verb='returned')}"
     return None
+
+
+def _same_device(made, device) -> bool:
+    """Whether a tensor on ``made`` is on ``device`` ("cuda" stands for any CUDA device's index)."""
+    return made.type == device.type and (made.index is None or device.index is None or made.index == device.index)
 
 
 def check_device(function, *args, device="meta") -> None:
