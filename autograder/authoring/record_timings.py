@@ -6,7 +6,10 @@ notebook finds them through the installed package). The workloads, the sweep and
 the student's library's (``autograder.student.timing``), so a reference and a live measurement
 are made the same way. The custom Functions it times (``timed_functions``) and its timing helper
 ``median_time`` are exercise answers: they live here, with the instructor, and are not shipped
-to students.
+to students. Each timing helper is checked against its torch.utils.benchmark.Timer counterpart,
+like with like (``timer_agreement``): ``median_time`` (latency) against ``Timer.timeit(1)``, and
+``throughput_seconds`` (throughput) against ``Timer.blocked_autorange``, Timer keeping its own clock,
+which synchronises the GPU. ``upgrade_record`` converts a record of format 1, keeping every figure.
 """
 
 from __future__ import annotations
@@ -53,7 +56,7 @@ def median_time(fn: Callable[[], object], device="cpu", warmup: int = 5, repeats
     before each clock read, so the time covers the work and not only its launch.
 
     The method assignment 07 teaches (its exercise ``measure``); the recordings keep using it, so
-    that they time what a student's helper times, and check it against ``timer_median``.
+    that they time what a student's helper times, and check it against ``timer_latency``.
     """
     synchronize = synchronizer(device)
     for _ in range(warmup):

@@ -1,7 +1,8 @@
 """The gradient checker: compare a student's ``torch.autograd.Function`` with torch's own gradients.
 
 ``check_function(function, reference, *args)`` runs the student's Function and a plain-torch
-reference on fresh float64 copies of ``args``, compares every output and the gradient of every
+reference on fresh float64 copies of ``args`` (on their own device: CPU, CUDA, or mps, where it
+works in float32 for want of float64), compares every output and the gradient of every
 tensor input (with random upstream gradients, for all outputs at once and for each output alone),
 and raises ``AssertionError`` with a message a student can act on when anything is off.
 ``check_forward(function, reference, *args)`` checks the outputs only, for tests of forward alone;
@@ -52,7 +53,9 @@ def check_function(function, reference, *args, rtol: float = RTOL, atol: float =
 
     ``function`` is called as ``function.apply(*args)``; ``reference(*args)`` must compute the same
     outputs with ordinary torch operations, so torch autograd gives the expected gradients.
-    Floating-point tensors in ``args`` are copied to fresh float64 leaves; other values pass through.
+    Floating-point tensors in ``args`` are copied to fresh float64 leaves on their device (float32 on
+    mps, which has no float64, with tolerances loosened to at least 1e-4 and 1e-5); other values pass
+    through, and every random tensor the check draws lives on the device of the tensor it stands for.
     ``inplace=True`` hands the Function copies of those leaves, for Functions that modify an
     input in place (with ``ctx.mark_dirty``). Returns ``None`` when everything matches, otherwise
     raises ``AssertionError`` explaining what is wrong, naming each failing input by its
