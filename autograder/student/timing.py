@@ -483,7 +483,7 @@ def plot_time(ax, rows, devices=None, pass_="forward+backward", label_suffix="",
 
 
 def plot_throughput(ax, rows, devices=None, pass_="forward+backward", label_suffix="", device_label=None, **style):
-    """Achieved GB/s (model bytes / time) against tensor size; copy_ is the practical ceiling.
+    """Achieved GB/s (model bytes / time) against tensor size; copy_ (a plain copy) is a yardstick.
 
     Lines are labelled as in ``plot_time``.
     """
