@@ -5,7 +5,7 @@
   ``check_forward`` checks forward alone, ``check_callable`` a function or an ``nn.Module`` class,
   ``check_saved`` what a Function keeps for backward;
 - ``graph``: ``draw_graph`` pictures the backward graph autograd records;
-- ``timing``: assignment 07's timing helpers, workloads and plots.
+- ``timing``: assignment 07's timing helpers, workloads and plots; ``records``: the recordings it reads.
 
 Nothing here imports from ``autograder.authoring`` or ``autograder.grading``: a student's
 notebook needs neither the course's sources nor the grader.

@@ -3,23 +3,21 @@
 The notebook times forward and forward+backward passes of a few elementwise workloads (a plain
 copy, torch's built-in ops, an unfused composition, and the student's own custom Functions) over
 tensor sizes, with the student's own timing helper, reads the reference records shipped with this
-package (``data/reference_<device>.json``, found through the package so that a notebook downloaded
-on its own, on Colab say, finds them too) and plots both. The records themselves are made by the
+package (``autograder.student.records``, re-exported here) and plots both. The records themselves are made by the
 course author's ``python -m autograder.authoring.record_timings``, with these same workloads and
 helpers. This library holds no exercise answer: no custom Function, and no timing helper of its
 own (``sweep`` times with the helper it is given, ``async_demo`` and ``throughput_seconds`` with
 torch.utils.benchmark.Timer; ``latency_and_throughput`` with both).
 The Functions the recordings time, and their timing helper, stay with the instructor.
 The made-up (model) two-device dataset that the analysis exercise is graded on is
-``illustrative_dataset()``; it is labelled as a model and never presented as a measurement.
+``illustrative_dataset()`` (in ``records``); it is labelled as a model and never presented as a
+measurement.
 """
 
 from __future__ import annotations
 
 import contextlib
-import datetime
 import io
-import json
 import math
 import os
 import platform
@@ -27,7 +25,6 @@ import statistics
 import time
 import warnings
 from collections.abc import Callable
-from importlib import resources
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,27 +32,15 @@ import torch
 import torch.nn.functional as F
 from torch.utils.benchmark import Timer
 
-FORMAT = 2  # 2: the timer check keeps latency and throughput apart, four figures (format 1 compared one of each)
-ILLUSTRATIVE_FILE = "illustrative_two_devices.json"
-# The recordings and figures assignment 07 reads: package data, wherever the package is installed.
-DATA_DIR = Path(str(resources.files("autograder.student") / "data"))
+from autograder.student.records import (  # noqa: F401 - re-exported: 07 and the recorder read them as bench.*
+    DATA_DIR, FORMAT, FUSED_BAR, FUSED_BAR_DEVICE, ILLUSTRATIVE_FILE, ILLUSTRATIVE_MODEL, LATENCY_BAR,
+    PROVENANCE_KEYS, THROUGHPUT_BAR, TIMER_FIGURES, check_record, complete, describe, figures,
+    illustrative_dataset, illustrative_record, load_record, reference_gpu_record, reference_record,
+)
+
 COLUMNS = 1024  # the last dimension of every workload tensor (a hidden size); the bias has this length
 PASSES = ("forward", "forward+backward")
 LARGEST_EXPONENT = {"cuda": 27, "mps": 24, "cpu": 22}  # default sweep: 2**10 ... 2**this elements
-# Keys every record has; the issue asks for device name, torch and CUDA versions and date.
-PROVENANCE_KEYS = ("device", "device_name", "torch_version", "cuda_version", "date")
-# The timer check compares like with like, each with its own bar, at the record's largest size: latency
-# (a synchronisation after every call: median_time against Timer.timeit(1)) and throughput (calls back to
-# back: throughput_seconds against Timer.blocked_autorange). On the H200 both agreed within 2% at 2**27.
-LATENCY_BAR = 0.10
-THROUGHPUT_BAR = 0.10
-# The course's bar for the fused bias + GELU forward+backward at the largest size: a share of the copy_
-# bandwidth measured in the same run, set for an NVIDIA H100. What it is as a share of the memory's peak on
-# paper depends on the device (copy_'s own share of that peak): the notebook shows both, per record.
-FUSED_BAR = 0.70
-FUSED_BAR_DEVICE = "H100"
-
-
 # --------------------------------------------------------------------------------------------
 # Devices
 
@@ -324,138 +309,11 @@ def sync_debug_report(device="cuda") -> list[dict]:
     return report
 
 
-def check_record(data: dict) -> list[str]:
-    """Problems that make ``data`` unfit to be shown as a measurement ([] when it is fine)."""
-    required = PROVENANCE_KEYS + ("copy_bandwidth_gbps", "fused_bandwidth_gbps", "timer_agreement", "sweep")
-    problems = [f"missing {key!r}" for key in required if key not in data]
-    if problems:
-        return problems
-    if data.get("format") != FORMAT:
-        problems.append(f"format {data.get('format')!r}, not {FORMAT} (convert it: record_timings.upgrade_record)")
-    if not all(isinstance(data["timer_agreement"].get(way), dict) for way in ("latency", "throughput")):
-        problems.append("a timer check without its latency and throughput halves")
-    if data.get("kind") != "measurement":
-        problems.append(f"kind is {data.get('kind')!r}, not 'measurement'")
-    if data["device"] == "cuda" and not data["cuda_version"]:
-        problems.append("a CUDA record without a CUDA version")
-    try:
-        datetime.datetime.fromisoformat(data["date"])
-    except (TypeError, ValueError):
-        problems.append(f"date {data['date']!r} is not ISO 8601")
-    if not any(r["device"] == data["device"] for r in data["sweep"]):
-        problems.append(f"no measurement on the record's device {data['device']!r}")
-    if any(not (r["seconds"] > 0 and r["bytes"] > 0 and r["elements"] > 0) for r in data["sweep"]):
-        problems.append("a row of the sweep has a time, size or byte count that is not positive")
-    return problems
-
-
-def load_record(path) -> dict | None:
-    """A reference record, or None when the file does not exist; raises if it is malformed."""
-    path = Path(path)
-    data = json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
-    problems = check_record(data) if data and data.get("kind") == "measurement" else []
-    if problems:
-        raise ValueError(f"{path}: " + "; ".join(problems))
-    return data
-
-
-def reference_record(device: str, folder=DATA_DIR) -> dict | None:
-    """The reference record of ``device`` ("cpu", "cuda", "mps") shipped with the course, or None."""
-    return load_record(Path(folder) / f"reference_{device}.json")
-
-
-def illustrative_record(folder=DATA_DIR) -> dict:
-    """The made-up (model) two-device dataset shipped with the course (see ``illustrative_dataset``)."""
-    return json.loads((Path(folder) / ILLUSTRATIVE_FILE).read_text(encoding="utf-8"))
-
-
-def reference_gpu_record(folder=DATA_DIR) -> dict | None:
-    """The GPU reference record in ``folder`` (CUDA first, then mps), or None if none was made."""
-    records = (load_record(Path(folder) / f"reference_{device}.json") for device in ("cuda", "mps"))
-    return next((data for data in records if data is not None), None)
-
-
-TIMER_FIGURES = {"latency": ("median_time_seconds", "timer_timeit_1_seconds"),
-                 "throughput": ("throughput_seconds", "blocked_autorange_seconds")}
-
-
-def complete(key: str, value) -> bool:
-    """Whether a record's ``key`` holds every figure: both sides of both halves of a timer check."""
-    if key != "timer_agreement":
-        return value is not None
-    return value is not None and all(name in value.get(way, {}) for way, names in TIMER_FIGURES.items()
-                                     for name in names)
-
-
-def figures(data: dict, key: str) -> tuple[dict | None, str | None]:
-    """(``data[key]``, None) when the record's own run measured all of it; else the first of its
-    ``other_runs`` that did, with where that run's figures come from; (None, None) when none did.
-
-    A record converted from an older format lacks what its run did not measure; figures measured in
-    another run on the same machine travel in ``other_runs``, each saying where it was made.
-    """
-    if complete(key, data.get(key)):
-        return data[key], None
-    for run in data.get("other_runs", []):
-        if complete(key, run.get(key)):
-            return run[key], run["source"]
-    return None, None
-
-
 def series(rows: list[dict], device: str, variant: str, pass_: str = "forward+backward"):
     """(elements, seconds, bytes) of one curve of a sweep, sorted by size."""
     chosen = sorted((r for r in rows if (r["device"], r["variant"], r["pass"]) == (device, variant, pass_)),
                     key=lambda r: r["elements"])
     return ([r["elements"] for r in chosen], [r["seconds"] for r in chosen], [r["bytes"] for r in chosen])
-
-
-def describe(data: dict) -> str:
-    """One line saying where and when a record was made (or that it is a model)."""
-    if data.get("kind") != "measurement":
-        return f"ILLUSTRATIVE MODEL, not a measurement: {data['model']}"
-    cuda = f", CUDA {data['cuda_version']}" if data.get("cuda_version") else ""
-    threads = f", {data['cpu_threads']} CPU thread{'s' if data['cpu_threads'] > 1 else ''}" if data["device"] == "cpu" else ""
-    return f"{data['device_name']} ({data['device']}{threads}), torch {data['torch_version']}{cuda}, {data['date'][:10]}"
-
-
-# --------------------------------------------------------------------------------------------
-# The illustrative (model) two-device dataset the analysis exercise is graded on
-
-
-ILLUSTRATIVE_MODEL = {
-    "formula": "seconds = fixed_seconds + bytes / bandwidth_bytes_per_second, times a seeded jitter",
-    "devices": {
-        "model CPU": {"fixed_seconds": 20e-6, "bandwidth_bytes_per_second": 20e9},
-        "model GPU": {"fixed_seconds": 60e-6, "bandwidth_bytes_per_second": 2000e9},
-        "model GPU + transfer": {"fixed_seconds": 80e-6, "bandwidth_bytes_per_second": 2000e9,
-                                 "transfer_bytes_per_element": 8, "transfer_bytes_per_second": 25e9},
-    },
-    "jitter": "each time multiplied by exp(0.05 * z), z standard normal from torch.Generator seed 0",
-    "workload": "bias_gelu forward+backward, float32: 20 bytes per element (model_bytes)",
-}
-
-
-def illustrative_dataset() -> dict:
-    """A made-up CPU-versus-GPU sweep from ILLUSTRATIVE_MODEL: the same every time it is built.
-
-    It has the shape real measurements have (a fixed cost per call, then a cost per byte, and
-    noise) and is labelled a model everywhere it appears. Nothing in it was measured.
-    """
-    generator = torch.Generator().manual_seed(0)
-    sizes = [2 ** k for k in range(8, 25)]
-    rows = []
-    for device, p in ILLUSTRATIVE_MODEL["devices"].items():
-        for elements in sizes:
-            nbytes = 20 * elements
-            seconds = p["fixed_seconds"] + nbytes / p["bandwidth_bytes_per_second"]
-            seconds += p.get("transfer_bytes_per_element", 0) * elements / p.get("transfer_bytes_per_second", 1)
-            seconds *= math.exp(0.05 * torch.randn((), generator=generator, dtype=torch.float64).item())
-            rows.append({"device": device, "workload": "bias_gelu", "variant": "model", "pass": "forward+backward",
-                         "elements": elements, "bytes": nbytes, "seconds": float(f"{seconds:.6g}")})
-    return {"format": FORMAT, "kind": "illustrative model",
-            "warning": "MADE UP BY A FORMULA, NOT MEASURED on any device. For exercises only.",
-            "model": ILLUSTRATIVE_MODEL["formula"], "parameters": ILLUSTRATIVE_MODEL,
-            "generated_by": "python -m autograder.authoring.record_timings --illustrative", "sweep": rows}
 
 
 # --------------------------------------------------------------------------------------------
