@@ -326,6 +326,18 @@ def test_timer_runs_number_calls_between_two_reads_of_its_clock():
     assert events.count("call") > 25, "after a warm-up run of its own"
 
 
+def test_timer_s_own_clock_synchronises_the_accelerator_before_each_read():
+    """07: Timer "synchronises the accelerator before each read of its clock" (its default clock, kept by
+    the recorder: replacing it with timeit.default_timer made the H200 report half the real time)."""
+    import inspect
+
+    from torch.utils.benchmark import Timer
+    from torch.utils.benchmark.utils import timer as timer_module
+
+    assert inspect.signature(Timer).parameters["timer"].default is timer_module.timer
+    assert "synchronize()" in inspect.getsource(timer_module.timer)
+
+
 def test_timer_timeit_one_times_one_call_between_two_reads_of_its_clock():
     """07: Timer(...).timeit(1) synchronises around a single call (latency), like measure; after 2 warm-up calls."""
     from torch.utils.benchmark import Timer
