@@ -13,7 +13,7 @@ export JUPYTER_CONFIG_PATH := $(CURDIR)/autograder/authoring
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 .DEFAULT_GOAL := help
-.PHONY: help install lab test release validate clean browser postgres book benchmark \
+.PHONY: help install lab test release validate clean browser postgres book benchmark gpu-check \
         roster collect deadline grade feedback report similarity export-grades demo bench-grade \
         student-dist self-study-dist
 
@@ -97,6 +97,11 @@ bench-grade: install  ## Time `grade` and sequential `nbgrader autograde` (whole
 benchmark: install  ## Time CPU vs GPU; write assignment 07's reference data and figures
 	$(BIN)/python -m autograder.authoring.record_timings
 	$(BIN)/python -m autograder release 07_gpu_timing
+
+# On a bare GPU machine (python3 with torch, numpy, matplotlib and pytest; no install): no .venv needed.
+GPU_CHECK_OUT ?= gpu-check-output
+gpu-check:  ## Check the GPU half on a GPU: checker, 07, recorder, GPU tests; report in GPU_CHECK_OUT (README)
+	PYTHONPATH=. $(PYTHON) -m autograder.authoring.gpu_check $(GPU_CHECK_OUT)
 
 # The browser tests drive Debian's chromium (no Playwright browser download); $CHROMIUM overrides
 # its path. Without apt-get (not Debian) nothing is installed and those tests skip, saying why.

@@ -1,4 +1,9 @@
-"""Shared fixtures: the real course, and throwaway copies of it for nbgrader runs."""
+"""Shared fixtures: the real course, and throwaway copies of it for nbgrader runs.
+
+The course's own packages and Playwright are imported where a fixture needs them, not here: the GPU
+tests run on a bare CUDA machine that has torch and pytest and nothing else
+(``python -m autograder.authoring.gpu_check``).
+"""
 
 from __future__ import annotations
 
@@ -17,11 +22,7 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 import pytest
-from playwright.sync_api import expect, sync_playwright
 
-from autograder.authoring.colab import REPOSITORY_VARIABLE
-from autograder.course import Course
-from autograder.grading.demo import make_demo
 from browsing import CHROMIUM_ARGS, find_chromium
 
 REPO = Path(__file__).resolve().parent.parent
@@ -100,12 +101,16 @@ def jupyter_server(course: Course) -> Iterator[tuple[str, str]]:
 
 @pytest.fixture(scope="session")
 def course() -> Course:
+    from autograder.course import Course
+
     return Course(REPO)
 
 
 @pytest.fixture
 def course_copy(tmp_path) -> Course:
     """A temporary course with this repository's solutions/ and course/; nbgrader writes there."""
+    from autograder.course import Course
+
     for folder in ("solutions", "course"):
         shutil.copytree(REPO / folder, tmp_path / folder)
     (tmp_path / "grading").mkdir()
@@ -129,6 +134,8 @@ CLASS_REPOSITORY = "https://github.com/example-class/autograd-2027"  # a student
 def built_book(tmp_path_factory) -> BuiltBook:
     """Every chapter built with ``python -m autograder book``'s code, once per session (it runs every notebook)."""
     from autograder.authoring.book import build
+    from autograder.authoring.colab import REPOSITORY_VARIABLE
+    from autograder.course import Course
 
     root = tmp_path_factory.mktemp("book")
     for folder in ("solutions", "course"):
@@ -144,6 +151,8 @@ def built_book(tmp_path_factory) -> BuiltBook:
 @pytest.fixture(scope="module")
 def browser():
     """Debian's chromium, headless, for a test file; skips, saying why, where it is not installed."""
+    from playwright.sync_api import sync_playwright
+
     chromium = find_chromium()
     if chromium is None:
         pytest.skip("Debian's chromium is not installed (no /usr/bin/chromium, none on PATH, $CHROMIUM "
@@ -157,6 +166,8 @@ def browser():
 @pytest.fixture
 def page(browser):
     """A fresh browser context and page, 1400x900, with waits long enough for 2 loaded cores."""
+    from playwright.sync_api import expect
+
     context = browser.new_context(viewport={"width": 1400, "height": 900})
     page = context.new_page()
     page.set_default_timeout(30_000)
@@ -180,9 +191,15 @@ def source(cell: dict) -> str:
 
 def solution_answers(root: Path, assignment: str) -> dict[str, str]:
     """grade_id -> the instructor's answer without nbgrader's markers: what a right student writes."""
+    from autograder.course import Course
+    from autograder.grading.demo import make_demo
+
     return make_demo.solution_answers(Course(root), assignment)
 
 
 def filled_release(root: Path, assignment: str, answers: dict[str, str]) -> dict:
     """The released notebook (as JSON) with the solution cells named in ``answers`` filled in."""
+    from autograder.course import Course
+    from autograder.grading.demo import make_demo
+
     return json.loads(make_demo.filled_release(Course(root), assignment, answers))

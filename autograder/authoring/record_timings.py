@@ -6,7 +6,10 @@ notebook finds them through the installed package). The workloads, the sweep and
 the student's library's (``autograder.student.timing``), so a reference and a live measurement
 are made the same way. The custom Functions it times (``timed_functions``) and its timing helper
 ``median_time`` are exercise answers: they live here, with the instructor, and are not shipped
-to students.
+to students. Each timing helper is checked against its torch.utils.benchmark.Timer counterpart,
+like with like (``timer_agreement``): ``median_time`` (latency) against ``Timer.timeit(1)``, and
+``throughput_seconds`` (throughput) against ``Timer.blocked_autorange``, Timer keeping its own clock,
+which synchronises the GPU. ``upgrade_record`` converts a record of format 1, keeping every figure.
 """
 
 from __future__ import annotations
@@ -14,23 +17,25 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
 import os
 import platform
 import statistics
 import sys
 import time
-import timeit
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from torch.utils.benchmark import Timer
 
 from autograder.authoring.timed_functions import FUSED, FUSED_EAGER, VARIANTS
 from autograder.student.timing import (COLUMNS, DATA_DIR, COPY, BYTES_MODEL, FORMAT, ILLUSTRATIVE_FILE,
-                                       LARGEST_EXPONENT, async_demo, available_devices, cpu_name, device_name,
-                                       illustrative_dataset, saved_bytes, sweep, sync_debug_report, timed_call,
-                                       variant, workload_tensors, write_figures)
+                                       LARGEST_EXPONENT, async_demo, available_devices, cpu_name, cpu_threads,
+                                       device_name, illustrative_dataset, latency_and_throughput, saved_bytes,
+                                       sweep, sync_debug_report, throughput_seconds, timed_call, variant,
+                                       workload_tensors, write_figures)
 
 RECORD_DIR = DATA_DIR  # package data: autograder/student/data/
 
@@ -51,7 +56,7 @@ def median_time(fn: Callable[[], object], device="cpu", warmup: int = 5, repeats
     before each clock read, so the time covers the work and not only its launch.
 
     The method assignment 07 teaches (its exercise ``measure``); the recordings keep using it, so
-    that they time what a student's helper times, and check it against ``timer_median``.
+    that they time what a student's helper times, and check it against ``timer_latency``.
     """
     synchronize = synchronizer(device)
     for _ in range(warmup):
@@ -66,12 +71,58 @@ def median_time(fn: Callable[[], object], device="cpu", warmup: int = 5, repeats
     return statistics.median(times)
 
 
+def _timer(fn: Callable[[], object], clock: Callable[[], float] | None) -> Timer:
+    """A ``torch.utils.benchmark.Timer`` of ``fn()`` on as many threads as torch uses here (Timer's default is
+    one), with Timer's own clock, which synchronises the GPU before each read, unless a test gives ``clock``."""
+    return Timer(stmt="fn()", globals={"fn": fn}, num_threads=torch.get_num_threads(),
+                 **({} if clock is None else {"timer": clock}))
+
+
 def timer_median(fn: Callable[[], object], min_run_time: float = 1.0,
-                 clock: Callable[[], float] = timeit.default_timer) -> float:
-    """Median seconds of one ``fn()`` call by ``torch.utils.benchmark.Timer`` (it synchronises
-    accelerators itself). It uses as many threads as torch does here: Timer's default is one."""
-    timer = Timer(stmt="fn()", globals={"fn": fn}, num_threads=torch.get_num_threads(), timer=clock)
-    return timer.blocked_autorange(min_run_time=min_run_time).median
+                 clock: Callable[[], float] | None = None) -> float:
+    """Seconds per ``fn()`` call by ``Timer.blocked_autorange``: blocks of calls back to back between two
+    reads of Timer's clock, so one synchronisation per block: throughput, like ``throughput_seconds``."""
+    return _timer(fn, clock).blocked_autorange(min_run_time=min_run_time).median
+
+
+def timer_latency(fn: Callable[[], object], repeats: int = 20, clock: Callable[[], float] | None = None) -> float:
+    """Median seconds of one ``fn()`` call by ``Timer.timeit(1)``: Timer's clock read, synchronising, around a
+    single call (after Timer's two warm-up calls), ``repeats`` times: latency, like ``median_time``."""
+    timer = _timer(fn, clock)
+    return statistics.median(timer.timeit(1).median for _ in range(repeats))
+
+
+def _pair(ours: float, timer: float, ours_key: str, timer_key: str) -> dict:
+    return {ours_key: ours, timer_key: timer, "relative_difference": abs(ours - timer) / timer}
+
+
+def timer_agreement(call: Callable[[], object], device, warmup: int = 5, repeats: int = 20,
+                    timer_seconds: float = 1.0, rounds: int = 4) -> dict:
+    """The timing helpers against ``torch.utils.benchmark.Timer``, like with like: four figures.
+
+    Latency: ``median_time`` against ``Timer.timeit(1)`` (a synchronisation after each call); throughput:
+    ``throughput_seconds`` against ``Timer.blocked_autorange`` (calls back to back). They run in
+    ``rounds`` interleaved rounds, each in the other order from the round before, so that a change in
+    the machine's speed (clocks, other programs) lands on every side; each figure is the median over rounds.
+    """
+    synchronize = synchronizer(device)
+    measures = {
+        "median_time": lambda: median_time(call, device, warmup=warmup, repeats=repeats),
+        "timer_timeit_1": lambda: timer_latency(call, repeats=repeats),
+        "throughput_seconds": lambda: throughput_seconds(call, synchronize),
+        "blocked_autorange": lambda: timer_median(call, min_run_time=timer_seconds / rounds),
+    }
+    table = []
+    for round_ in range(rounds):
+        order = list(measures) if round_ % 2 == 0 else list(reversed(measures))
+        seconds = {name: measures[name]() for name in order}
+        table.append({name: seconds[name] for name in measures})
+    median = {name: statistics.median(row[name] for row in table) for name in measures}
+    return {"latency": _pair(median["median_time"], median["timer_timeit_1"], "median_time_seconds",
+                             "timer_timeit_1_seconds"),
+            "throughput": _pair(median["throughput_seconds"], median["blocked_autorange"], "throughput_seconds",
+                                "blocked_autorange_seconds"),
+            "rounds": table}
 
 
 def nominal_peak_bandwidth_gbps(device) -> float | None:
@@ -124,19 +175,10 @@ def record(device, sizes, also_cpu: bool = True, compile: bool = True, warmup: i
     copy_gbps = copy_row["bytes"] / copy_row["seconds"] / 1e9
     fused_gbps = fused_row["bytes"] / fused_row["seconds"] / 1e9
 
-    # The timing helper against torch.utils.benchmark.Timer, on one large workload, in
-    # interleaved rounds so that a busy spell of other programs does not land on one side only.
+    # The timing helpers against torch.utils.benchmark.Timer, like with like, on one large workload.
     x, bias, grad_output = workload_tensors(largest, device)
     call = timed_call(variant(fused_name, VARIANTS), x, bias, grad_output, "forward+backward")
-    rounds = []
-    for round_ in range(4):  # who goes first alternates, so a drift in speed does not favour one side
-        if round_ % 2:
-            timer = timer_median(call, min_run_time=timer_seconds / 4)
-            rounds.append((median_time(call, device, warmup=warmup, repeats=repeats), timer))
-        else:
-            ours = median_time(call, device, warmup=warmup, repeats=repeats)
-            rounds.append((ours, timer_median(call, min_run_time=timer_seconds / 4)))
-    ours, timer = (statistics.median(side) for side in zip(*rounds))
+    agreement = timer_agreement(call, device, warmup=warmup, repeats=repeats, timer_seconds=timer_seconds)
     del x, bias, grad_output, call
 
     big = workload_tensors(largest, device)  # a size the sweep compiled for already
@@ -156,7 +198,7 @@ def record(device, sizes, also_cpu: bool = True, compile: bool = True, warmup: i
         "method": {"timer": "median of repeats of time.perf_counter() around one call, after warm-up; "
                             "on a GPU torch.cuda/mps.synchronize() before reading the clock",
                    "warmup": warmup, "repeats": repeats, "dtype": "float32", "columns": COLUMNS,
-                   "bytes": BYTES_MODEL},
+                   "bytes": BYTES_MODEL, "timer_check": TIMER_CHECK},
         "copy_bandwidth_gbps": copy_gbps,
         "nominal_peak_bandwidth_gbps": nominal_peak_bandwidth_gbps(device),
         "fused_variant": fused_name,
@@ -164,19 +206,97 @@ def record(device, sizes, also_cpu: bool = True, compile: bool = True, warmup: i
         "fused_fraction_of_copy": fused_gbps / copy_gbps,
         "largest_elements": largest,
         "timer_agreement": {"workload": f"bias_gelu, {fused_name}, forward+backward", "elements": largest,
-                            "median_time_seconds": ours, "benchmark_timer_seconds": timer,
-                            "rounds": [list(r) for r in rounds],
-                            "relative_difference": abs(ours - timer) / timer},
+                            **agreement},
         "saved_bytes_per_element": {
             v.name: saved_bytes(v.fn, *big[:2]) / big[0].numel()
             for v in variants if v.workload == "bias_gelu"},
         "sweep": rows,
     }
     result["cold_start"] = first
+    if device != "cpu":
+        result["small_call"] = small_call(device)
+        result["crossover"] = crossover(device)
     if device == "cuda":
         result["async_demo"] = async_demo(device, largest)
         result["sync_debug"] = sync_debug_report(device)
     return result
+
+
+SMALL = 4096  # elements of the small call: far below the size where a GPU starts to pay off
+CROSSOVER_SIZES = tuple(2 ** k for k in range(8, 21, 2))  # assignment 07's CPU sizes
+TIMER_CHECK = ("latency: median_time against torch.utils.benchmark.Timer.timeit(1) (Timer's own clock, which "
+               "synchronises the GPU before each read); throughput: throughput_seconds against "
+               "Timer.blocked_autorange; the median of interleaved rounds of each")
+
+
+def small_call(device, elements: int = SMALL) -> dict:
+    """One small F.silu forward (no autograd) on ``device``, as latency and as throughput.
+
+    Small enough that the GPU's work is shorter than the CPU's launching it: back to back, each
+    call costs the launch (throughput), and one call alone the launch, the work and the wait (latency).
+    """
+    x = workload_tensors(elements, device)[0]
+    call = lambda: F.silu(x)  # noqa: E731
+    return {"statement": "F.silu(x), no autograd", "elements": elements,
+            "latency_seconds": median_time(call, device, warmup=10, repeats=50),
+            "throughput_seconds": throughput_seconds(call, synchronizer(device), calls=100)}
+
+
+def crossover(device, sizes=CROSSOVER_SIZES) -> dict:
+    """From what size built-in F.silu forward+backward on ``device`` beats one CPU core, as latency and as
+    throughput: assignment 07's comparison, measured the way its notebook measures it."""
+    def call_at(where):
+        return lambda n: timed_call(variant("built-in F.silu"), *workload_tensors(n, where), "forward+backward")
+
+    def latency(call, where, warmup, repeats, synchronize):
+        return median_time(call, where, warmup=warmup, repeats=repeats)
+
+    with cpu_threads(1):
+        cpu = latency_and_throughput(sizes, call_at("cpu"), latency, lambda: None)
+    gpu = latency_and_throughput(sizes, call_at(device), latency, synchronizer(device), device=device)
+    found = {f"{way}_elements": crossover_elements(sizes, [r[way] for r in cpu], [r[way] for r in gpu])
+             for way in ("latency", "throughput")}
+    return {"workload": "built-in F.silu, forward+backward", "against": "one CPU core", **found,
+            "cpu": cpu, "gpu": gpu}
+
+
+def crossover_elements(sizes, baseline, candidate) -> float | None:
+    """The size from which ``candidate`` is faster than ``baseline`` for good, interpolated in log-log
+    (assignment 07's ``crossover_size``); None when it is not faster at the largest size."""
+    r = [math.log(c / b) for b, c in zip(baseline, candidate)]
+    if r[-1] >= 0:
+        return None
+    k = len(r) - 1
+    while k > 0 and r[k - 1] < 0:
+        k -= 1
+    if k == 0:
+        return sizes[0]
+    lo, hi = math.log(sizes[k - 1]), math.log(sizes[k])
+    return math.exp(lo + r[k - 1] * (hi - lo) / (r[k - 1] - r[k]))
+
+
+def upgrade_record(data: dict, note: str) -> dict:
+    """A format-1 record as format 2: every figure kept as measured, none invented.
+
+    Format 1's timer check compared ``median_time`` (latency) with ``Timer.blocked_autorange``
+    (throughput) and called their difference an agreement: its two figures become the latency half's
+    ``median_time_seconds`` and the throughput half's ``blocked_autorange_seconds``. The two it did not
+    measure (``Timer.timeit(1)``, ``throughput_seconds``), and so both halves' relative differences,
+    stay absent. ``note`` says who converted it, when and why; format 1's own difference is kept there.
+    """
+    if data.get("format") != 1:
+        raise ValueError(f"not a format-1 record (format {data.get('format')!r})")
+    old = data["timer_agreement"]
+    upgraded = {**data, "format": FORMAT}
+    upgraded["timer_agreement"] = {
+        "workload": old["workload"], "elements": old["elements"],
+        "latency": {"median_time_seconds": old["median_time_seconds"]},
+        "throughput": {"blocked_autorange_seconds": old["benchmark_timer_seconds"]},
+        "rounds": [{"median_time": ours, "blocked_autorange": timer} for ours, timer in old["rounds"]]}
+    upgraded["converted"] = {"from_format": 1, "note": note,
+                             "format_1_relative_difference": old["relative_difference"],
+                             "format_1_compared": "median_time (latency) with blocked_autorange (throughput)"}
+    return upgraded
 
 
 def _load_average() -> float | None:
@@ -252,8 +372,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"wrote {path}")
     print(f"copy_ bandwidth {data['copy_bandwidth_gbps']:.1f} GB/s; {data['fused_variant']} forward+backward "
           f"{data['fused_bandwidth_gbps']:.1f} GB/s = {100 * data['fused_fraction_of_copy']:.0f}% of it; "
-          f"timing helper vs torch.utils.benchmark.Timer: "
-          f"{100 * data['timer_agreement']['relative_difference']:.1f}% apart")
+          f"against torch.utils.benchmark.Timer: latency "
+          f"{100 * data['timer_agreement']['latency']['relative_difference']:.1f}% apart, throughput "
+          f"{100 * data['timer_agreement']['throughput']['relative_difference']:.1f}% apart")
     return 0
 
 

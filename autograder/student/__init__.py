@@ -5,16 +5,16 @@
   ``check_forward`` checks forward alone, ``check_callable`` a function or an ``nn.Module`` class,
   ``check_saved`` what a Function keeps for backward;
 - ``graph``: ``draw_graph`` pictures the backward graph autograd records;
-- ``timing``: assignment 07's timing helpers, workloads and plots.
+- ``timing``: assignment 07's timing helpers, workloads and plots; ``records``: the recordings it reads.
 
 Nothing here imports from ``autograder.authoring`` or ``autograder.grading``: a student's
 notebook needs neither the course's sources nor the grader.
 """
 
 from autograder.student.checker import (
-    check_callable, check_forward, check_function, check_saved, check_values, check_with,
+    check_callable, check_device, check_forward, check_function, check_saved, check_values, check_with,
 )
 from autograder.student.graph import draw_graph
 
-__all__ = ["check_callable", "check_forward", "check_function", "check_saved", "check_values", "check_with",
-           "draw_graph"]
+__all__ = ["check_callable", "check_device", "check_forward", "check_function", "check_saved", "check_values",
+           "check_with", "draw_graph"]

@@ -3,30 +3,28 @@
 The notebook times forward and forward+backward passes of a few elementwise workloads (a plain
 copy, torch's built-in ops, an unfused composition, and the student's own custom Functions) over
 tensor sizes, with the student's own timing helper, reads the reference records shipped with this
-package (``data/reference_<device>.json``, found through the package so that a notebook downloaded
-on its own, on Colab say, finds them too) and plots both. The records themselves are made by the
+package (``autograder.student.records``, re-exported here) and plots both. The records themselves are made by the
 course author's ``python -m autograder.authoring.record_timings``, with these same workloads and
 helpers. This library holds no exercise answer: no custom Function, and no timing helper of its
 own (``sweep`` times with the helper it is given, ``async_demo`` and ``throughput_seconds`` with
 torch.utils.benchmark.Timer; ``latency_and_throughput`` with both).
 The Functions the recordings time, and their timing helper, stay with the instructor.
 The made-up (model) two-device dataset that the analysis exercise is graded on is
-``illustrative_dataset()``; it is labelled as a model and never presented as a measurement.
+``illustrative_dataset()`` (in ``records``); it is labelled as a model and never presented as a
+measurement.
 """
 
 from __future__ import annotations
 
 import contextlib
-import datetime
 import io
-import json
 import math
+import os
 import platform
 import statistics
 import time
 import warnings
 from collections.abc import Callable
-from importlib import resources
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,17 +32,15 @@ import torch
 import torch.nn.functional as F
 from torch.utils.benchmark import Timer
 
-FORMAT = 1
-ILLUSTRATIVE_FILE = "illustrative_two_devices.json"
-# The recordings and figures assignment 07 reads: package data, wherever the package is installed.
-DATA_DIR = Path(str(resources.files("autograder.student") / "data"))
+from autograder.student.records import (  # noqa: F401 - re-exported: 07 and the recorder read them as bench.*
+    DATA_DIR, FORMAT, FUSED_BAR, FUSED_BAR_DEVICE, ILLUSTRATIVE_FILE, ILLUSTRATIVE_MODEL, LATENCY_BAR,
+    PROVENANCE_KEYS, THROUGHPUT_BAR, TIMER_FIGURES, check_record, complete, describe, figures,
+    illustrative_dataset, illustrative_record, load_record, reference_gpu_record, reference_record,
+)
+
 COLUMNS = 1024  # the last dimension of every workload tensor (a hidden size); the bias has this length
 PASSES = ("forward", "forward+backward")
 LARGEST_EXPONENT = {"cuda": 27, "mps": 24, "cpu": 22}  # default sweep: 2**10 ... 2**this elements
-# Keys every record has; the issue asks for device name, torch and CUDA versions and date.
-PROVENANCE_KEYS = ("device", "device_name", "torch_version", "cuda_version", "date")
-
-
 # --------------------------------------------------------------------------------------------
 # Devices
 
@@ -81,6 +77,22 @@ def device_name(device) -> str:
     if device.type == "mps":
         return f"Apple GPU (mps) on {cpu_name()}"
     return cpu_name()
+
+
+def live_label(what) -> str:
+    """"LIVE <what>: <machine>, load <L> on <N> cores": what a live measurement is labelled with.
+
+    ``what`` is a device ("cpu", "cuda") or a name for something that runs on this CPU ("toy device").
+    A live number is this machine's at this moment: the label says which machine, and how busy it was
+    (the 1-minute load average, where the system has one), so that a page built elsewhere, such as
+    the course's book, does not pass its build machine's numbers off as the lesson's.
+    """
+    try:
+        name = device_name(what)
+    except RuntimeError:
+        name = cpu_name()
+    load = f", load {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores" if hasattr(os, "getloadavg") else ""
+    return f"LIVE {what}: {name}{load}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -297,107 +309,11 @@ def sync_debug_report(device="cuda") -> list[dict]:
     return report
 
 
-def check_record(data: dict) -> list[str]:
-    """Problems that make ``data`` unfit to be shown as a measurement ([] when it is fine)."""
-    required = PROVENANCE_KEYS + ("copy_bandwidth_gbps", "fused_bandwidth_gbps", "timer_agreement", "sweep")
-    problems = [f"missing {key!r}" for key in required if key not in data]
-    if problems:
-        return problems
-    if data.get("kind") != "measurement":
-        problems.append(f"kind is {data.get('kind')!r}, not 'measurement'")
-    if data["device"] == "cuda" and not data["cuda_version"]:
-        problems.append("a CUDA record without a CUDA version")
-    try:
-        datetime.datetime.fromisoformat(data["date"])
-    except (TypeError, ValueError):
-        problems.append(f"date {data['date']!r} is not ISO 8601")
-    if not any(r["device"] == data["device"] for r in data["sweep"]):
-        problems.append(f"no measurement on the record's device {data['device']!r}")
-    if any(not (r["seconds"] > 0 and r["bytes"] > 0 and r["elements"] > 0) for r in data["sweep"]):
-        problems.append("a row of the sweep has a time, size or byte count that is not positive")
-    return problems
-
-
-def load_record(path) -> dict | None:
-    """A reference record, or None when the file does not exist; raises if it is malformed."""
-    path = Path(path)
-    data = json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
-    problems = check_record(data) if data and data.get("kind") == "measurement" else []
-    if problems:
-        raise ValueError(f"{path}: " + "; ".join(problems))
-    return data
-
-
-def reference_record(device: str, folder=DATA_DIR) -> dict | None:
-    """The reference record of ``device`` ("cpu", "cuda", "mps") shipped with the course, or None."""
-    return load_record(Path(folder) / f"reference_{device}.json")
-
-
-def illustrative_record(folder=DATA_DIR) -> dict:
-    """The made-up (model) two-device dataset shipped with the course (see ``illustrative_dataset``)."""
-    return json.loads((Path(folder) / ILLUSTRATIVE_FILE).read_text(encoding="utf-8"))
-
-
-def reference_gpu_record(folder=DATA_DIR) -> dict | None:
-    """The GPU reference record in ``folder`` (CUDA first, then mps), or None if none was made."""
-    records = (load_record(Path(folder) / f"reference_{device}.json") for device in ("cuda", "mps"))
-    return next((data for data in records if data is not None), None)
-
-
 def series(rows: list[dict], device: str, variant: str, pass_: str = "forward+backward"):
     """(elements, seconds, bytes) of one curve of a sweep, sorted by size."""
     chosen = sorted((r for r in rows if (r["device"], r["variant"], r["pass"]) == (device, variant, pass_)),
                     key=lambda r: r["elements"])
     return ([r["elements"] for r in chosen], [r["seconds"] for r in chosen], [r["bytes"] for r in chosen])
-
-
-def describe(data: dict) -> str:
-    """One line saying where and when a record was made (or that it is a model)."""
-    if data.get("kind") != "measurement":
-        return f"ILLUSTRATIVE MODEL, not a measurement: {data['model']}"
-    cuda = f", CUDA {data['cuda_version']}" if data.get("cuda_version") else ""
-    threads = f", {data['cpu_threads']} CPU thread{'s' if data['cpu_threads'] > 1 else ''}" if data["device"] == "cpu" else ""
-    return f"{data['device_name']} ({data['device']}{threads}), torch {data['torch_version']}{cuda}, {data['date'][:10]}"
-
-
-# --------------------------------------------------------------------------------------------
-# The illustrative (model) two-device dataset the analysis exercise is graded on
-
-
-ILLUSTRATIVE_MODEL = {
-    "formula": "seconds = fixed_seconds + bytes / bandwidth_bytes_per_second, times a seeded jitter",
-    "devices": {
-        "model CPU": {"fixed_seconds": 20e-6, "bandwidth_bytes_per_second": 20e9},
-        "model GPU": {"fixed_seconds": 60e-6, "bandwidth_bytes_per_second": 2000e9},
-        "model GPU + transfer": {"fixed_seconds": 80e-6, "bandwidth_bytes_per_second": 2000e9,
-                                 "transfer_bytes_per_element": 8, "transfer_bytes_per_second": 25e9},
-    },
-    "jitter": "each time multiplied by exp(0.05 * z), z standard normal from torch.Generator seed 0",
-    "workload": "bias_gelu forward+backward, float32: 20 bytes per element (model_bytes)",
-}
-
-
-def illustrative_dataset() -> dict:
-    """A made-up CPU-versus-GPU sweep from ILLUSTRATIVE_MODEL: the same every time it is built.
-
-    It has the shape real measurements have (a fixed cost per call, then a cost per byte, and
-    noise) and is labelled a model everywhere it appears. Nothing in it was measured.
-    """
-    generator = torch.Generator().manual_seed(0)
-    sizes = [2 ** k for k in range(8, 25)]
-    rows = []
-    for device, p in ILLUSTRATIVE_MODEL["devices"].items():
-        for elements in sizes:
-            nbytes = 20 * elements
-            seconds = p["fixed_seconds"] + nbytes / p["bandwidth_bytes_per_second"]
-            seconds += p.get("transfer_bytes_per_element", 0) * elements / p.get("transfer_bytes_per_second", 1)
-            seconds *= math.exp(0.05 * torch.randn((), generator=generator, dtype=torch.float64).item())
-            rows.append({"device": device, "workload": "bias_gelu", "variant": "model", "pass": "forward+backward",
-                         "elements": elements, "bytes": nbytes, "seconds": float(f"{seconds:.6g}")})
-    return {"format": FORMAT, "kind": "illustrative model",
-            "warning": "MADE UP BY A FORMULA, NOT MEASURED on any device. For exercises only.",
-            "model": ILLUSTRATIVE_MODEL["formula"], "parameters": ILLUSTRATIVE_MODEL,
-            "generated_by": "python -m autograder.authoring.record_timings --illustrative", "sweep": rows}
 
 
 # --------------------------------------------------------------------------------------------
@@ -425,7 +341,7 @@ def plot_time(ax, rows, devices=None, pass_="forward+backward", label_suffix="",
 
 
 def plot_throughput(ax, rows, devices=None, pass_="forward+backward", label_suffix="", device_label=None, **style):
-    """Achieved GB/s (model bytes / time) against tensor size; copy_ is the practical ceiling.
+    """Achieved GB/s (model bytes / time) against tensor size; copy_ (a plain copy) is a yardstick.
 
     Lines are labelled as in ``plot_time``.
     """

@@ -7,11 +7,15 @@ key substrings, not whole sentences: wording drifts between releases.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import warnings
 
 import pytest
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 
 def _saved(function, *args):
@@ -114,6 +118,25 @@ def test_checkpoint_keeps_only_the_input_and_save_on_cpu_moves_saved_tensors():
         y = silu(x)
     (g2,) = torch.autograd.grad(y.sum(), x)
     assert torch.allclose(g2, expected)
+
+
+def test_two_generators_on_one_device_seeded_alike_draw_the_same_mask():
+    """02's SeededDropout draws its mask again in backward from a generator on x's device."""
+    x = torch.randn(4, 5)
+    draw = lambda: torch.rand(x.shape, generator=torch.Generator(x.device).manual_seed(7), device=x.device)  # noqa: E731
+    assert torch.equal(draw(), draw())
+    assert torch.Generator(x.device).device == x.device
+    assert torch.equal(draw(), torch.rand(x.shape, generator=torch.Generator().manual_seed(7)))  # the CPU: as before
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_cpu_generator_cannot_draw_on_a_gpu_and_a_gpu_one_draws_other_numbers():
+    """02: 'a CPU generator cannot draw a GPU tensor, and a GPU's generator gives other numbers than the CPU's'."""
+    with pytest.raises(RuntimeError):
+        torch.rand(3, generator=torch.Generator().manual_seed(7), device="cuda")
+    on_gpu = torch.rand(1000, generator=torch.Generator("cuda").manual_seed(7), device="cuda")
+    assert not torch.equal(on_gpu.cpu(), torch.rand(1000, generator=torch.Generator().manual_seed(7)))
 
 
 # 03 -- an optional bias and trailing Nones -----------------------------------------------------------
@@ -303,6 +326,28 @@ def test_timer_runs_number_calls_between_two_reads_of_its_clock():
     assert events.count("call") > 25, "after a warm-up run of its own"
 
 
+def test_timer_s_own_clock_synchronises_the_accelerator_before_each_read():
+    """07: Timer "synchronises the accelerator before each read of its clock" (its default clock, kept by
+    the recorder: replacing it with timeit.default_timer made the H200 report half the real time)."""
+    import inspect
+
+    from torch.utils.benchmark import Timer
+    from torch.utils.benchmark.utils import timer as timer_module
+
+    assert inspect.signature(Timer).parameters["timer"].default is timer_module.timer
+    assert "synchronize()" in inspect.getsource(timer_module.timer)
+
+
+def test_timer_timeit_one_times_one_call_between_two_reads_of_its_clock():
+    """07: Timer(...).timeit(1) synchronises around a single call (latency), like measure; after 2 warm-up calls."""
+    from torch.utils.benchmark import Timer
+
+    events = []
+    clock = lambda: events.append("clock") or float(len(events))  # noqa: E731
+    Timer("events.append('call')", globals={"events": events}, timer=clock).timeit(1)
+    assert events == ["clock", "call", "call", "clock", "clock", "call", "clock"]
+
+
 def test_timer_runs_on_one_thread_unless_given_num_threads():
     from torch.utils.benchmark import Timer
 
@@ -311,6 +356,64 @@ def test_timer_runs_on_one_thread_unless_given_num_threads():
     Timer("seen.append(torch.get_num_threads())", globals={"seen": seen}, num_threads=3).timeit(1)
     assert set(seen[:2]) == {1} and set(seen[-2:]) == {3}
     assert torch.get_num_threads() == before, "and the count is restored after"
+
+
+# 07_gpu_timing -- kernels per call, and CUDA calls without a GPU ----------------------------------------------
+
+class _OpLog(TorchDispatchMode):
+    """The aten operations that run (each one kernel on a GPU, for these elementwise ops)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+class _SiLU(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * torch.sigmoid(x)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (x,) = ctx.saved_tensors
+        s = torch.sigmoid(x)
+        return grad_output * s * (1 + x * (1 - s))
+
+
+@pytest.mark.parametrize("function, forward, backward", [(_SiLU.apply, 2, 6), (torch.nn.functional.silu, 1, 1)],
+                         ids=["your-SiLU", "F.silu"])
+def test_kernels_per_forward_and_backward(function, forward, backward):
+    """07: "Your SiLU runs 2 kernels forward and 6 backward; F.silu runs one each way" (6 more launches on a GPU)."""
+    x, grad_output = torch.randn(8, requires_grad=True), torch.randn(8)
+    with _OpLog() as ran_forward:
+        y = function(x)
+    with _OpLog() as ran_backward:
+        torch.autograd.grad(y, x, grad_output)
+    assert (len(ran_forward.ops), len(ran_backward.ops)) == (forward, backward), (ran_forward.ops, ran_backward.ops)
+
+
+@pytest.mark.skipif(torch.version.cuda is not None, reason="a torch built without CUDA")
+def test_synchronize_on_a_torch_built_without_cuda_raises_an_assertion_error():
+    """07: 'a torch built without CUDA raises AssertionError ("Torch not compiled with CUDA enabled")'."""
+    with pytest.raises(AssertionError, match="not compiled with CUDA"):
+        torch.cuda.synchronize()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (and so a CUDA build of torch)")
+def test_a_cuda_build_with_no_gpu_visible_raises_a_runtime_error_and_creates_events():
+    """07: on a CUDA build with no GPU (Colab's CPU runtime) synchronize raises RuntimeError; Event() raises nothing."""
+    code = ("import torch\nassert not torch.cuda.is_available()\ntorch.cuda.Event(enable_timing=True)\n"
+            "try:\n    torch.cuda.synchronize()\nexcept RuntimeError as error:\n    print('RuntimeError:', error)\n")
+    ran = subprocess.run([sys.executable, "-c", code], env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
+                         capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0, ran.stderr
+    assert "RuntimeError: No CUDA GPUs are available" in ran.stdout, ran.stdout
 
 
 # 01 -- when not to write a Function ---------------------------------------------------------------

@@ -354,6 +354,38 @@ def test_the_referee_judges_what_a_function_saves_from_its_record(kept, x_of, fa
     assert judged == 1 and (found is None if failure is None else failure in found), found
 
 
+TOPK = '''
+class TopK(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, k):
+        values, indices = torch.topk(x, k)
+        ctx.mark_non_differentiable(indices)
+        ctx.save_for_backward(indices)
+        ctx.x_shape = x.shape
+        return values, indices
+
+    @staticmethod
+    def backward(ctx, grad_values, grad_indices):
+        (indices,) = ctx.saved_tensors
+        return torch.zeros(ctx.x_shape, dtype=grad_values.dtype DEVICE).scatter(-1, indices, grad_values), None
+'''
+
+
+@pytest.mark.parametrize("device, failure", [
+    (", device=grad_values.device", None),
+    ("", "TopK: your backward returned a CPU tensor; the input is on meta"),
+])
+def test_the_referee_judges_where_a_function_makes_its_tensors_from_its_record_on_meta_tensors(device, failure):
+    namespace = {"torch": torch}
+    exec(TOPK.replace(" DEVICE", device), namespace)
+    cells = [{**IMPORTS, "source": IMPORTS["source"] + ", check_device"}, {"kind": "test", "grade_id": "t", "source": (
+        "### BEGIN " "HIDDEN TESTS\ncheck_device(TopK, torch.randn(3, 4, 6), 3)\n### END HIDDEN TESTS")}]
+    judge = referee.Referee(cells, ["TopK"], _asker(namespace))
+    assert judge.plan() == ["t"]
+    judged, found = judge.judge_cell("t")
+    assert judged == 1 and (found is None if failure is None else failure in found), found
+
+
 def test_the_referee_fails_a_module_that_does_not_use_the_students_function():
     namespace = _student()
     exec("class Net(nn.Module):\n    def forward(self, a, b):\n        return (a ** 3 + b ** 2).sum()\n", namespace)

@@ -8,6 +8,7 @@ say they are: measurements with provenance, or the illustrative model exactly as
 from __future__ import annotations
 
 import json
+import os
 import statistics
 
 import pytest
@@ -181,22 +182,60 @@ def test_a_missing_record_is_none_and_a_bad_one_an_error(tmp_path):
         bench.reference_gpu_record(tmp_path)
 
 
-def test_shipped_gpu_reference_meets_the_course_bar():
-    data = bench.load_record(bench.DATA_DIR / "reference_cuda.json")
-    if data is None:
-        pytest.skip("no GPU reference recorded yet: run `make benchmark` on a machine with an NVIDIA GPU")
-    assert bench.check_record(data) == [] and data["device"] == "cuda" and data["cuda_version"]
-    assert data["timer_agreement"]["relative_difference"] <= 0.10
-    if "H100" in data["device_name"]:
-        assert data["fused_fraction_of_copy"] >= 0.70
+def test_shipped_gpu_reference_is_the_h200_recording_with_its_provenance():
+    data = bench.reference_gpu_record()
+    assert data == bench.load_record(bench.DATA_DIR / "reference_cuda.json") and bench.check_record(data) == []
+    assert (data["device"], data["device_name"], data["torch_version"], data["cuda_version"], data["date"]) == (
+        "cuda", "NVIDIA H200", "2.11.0+cu130", "13.0", "2026-11-26T00:37:11+00:00")
+    assert "recordings/h200-2026-11-26/EVIDENCE.md section 5" in data["converted"]["note"]
+    assert "timer=timeit.default_timer" in data["converted"]["note"], "the one change to the recorder it ran with"
+    assert {r["device"] for r in data["sweep"]} == {"cuda", "cpu"} and data["largest_elements"] == 2 ** 27
+    for name in ("reference_cuda_time.png", "reference_cuda_throughput.png"):
+        assert (bench.DATA_DIR / name).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_shipped_gpu_reference_keeps_only_the_figures_each_run_measured():
+    data = bench.reference_gpu_record()
+    own = data["timer_agreement"]  # the sweep's run compared latency with throughput: one figure of each pair
+    assert set(own["latency"]) == {"median_time_seconds"} and set(own["throughput"]) == {"blocked_autorange_seconds"}
+    assert own["latency"]["median_time_seconds"] == statistics.median(r["median_time"] for r in own["rounds"])
+    assert own["throughput"]["blocked_autorange_seconds"] == statistics.median(r["blocked_autorange"] for r in own["rounds"])
+    agreement, source = bench.figures(data, "timer_agreement")
+    assert "EVIDENCE.md section 6" in source, "like with like: measured in another run, and says so"
+    assert agreement["latency"]["relative_difference"] <= bench.LATENCY_BAR
+    assert agreement["throughput"]["relative_difference"] <= bench.THROUGHPUT_BAR
+    for key in ("small_call", "crossover"):
+        assert key not in data and "EVIDENCE.md section 4" in bench.figures(data, key)[1]
+    if bench.FUSED_BAR_DEVICE in data["device_name"]:
+        assert data["fused_fraction_of_copy"] >= bench.FUSED_BAR
+
+
+def test_figures_come_from_the_record_s_own_run_first():
+    half = {"latency": {"median_time_seconds": 1.0, "timer_timeit_1_seconds": 1.0},
+            "throughput": {"throughput_seconds": 1.0, "blocked_autorange_seconds": 1.0}}
+    other = {"source": "elsewhere", "timer_agreement": half, "crossover": {"latency_elements": 5}}
+    assert bench.figures({"timer_agreement": half, "other_runs": [other]}, "timer_agreement") == (half, None)
+    assert bench.figures({"timer_agreement": {"latency": {}}, "other_runs": [other]}, "timer_agreement") == (
+        half, "elsewhere")
+    assert bench.figures({"other_runs": [other]}, "crossover") == ({"latency_elements": 5}, "elsewhere")
+    assert bench.figures({}, "small_call") == (None, None)
+
+
+def test_a_live_label_names_the_machine_and_how_busy_it_was():
+    label = bench.live_label("cpu")
+    assert label.startswith(f"LIVE cpu: {bench.cpu_name()}") and f"on {os.cpu_count()} cores" in label
+    assert bench.live_label("toy device").startswith(f"LIVE toy device: {bench.cpu_name()}")
 
 
 def test_check_record_names_what_is_wrong():
-    good = {"kind": "measurement", "device": "cuda", "device_name": "GPU", "torch_version": "2.13.0",
-            "cuda_version": "12.8", "date": "2026-01-01T00:00:00+00:00", "copy_bandwidth_gbps": 1.0,
-            "fused_bandwidth_gbps": 1.0, "timer_agreement": {},
+    halves = {"latency": {}, "throughput": {}}
+    good = {"format": bench.FORMAT, "kind": "measurement", "device": "cuda", "device_name": "GPU",
+            "torch_version": "2.13.0", "cuda_version": "12.8", "date": "2026-01-01T00:00:00+00:00",
+            "copy_bandwidth_gbps": 1.0, "fused_bandwidth_gbps": 1.0, "timer_agreement": halves,
             "sweep": [{"device": "cuda", "seconds": 1.0, "bytes": 8, "elements": 2}]}
     assert bench.check_record(good) == []
+    assert "format 1, not 2" in bench.check_record({**good, "format": 1})[0]
+    assert bench.check_record({**good, "timer_agreement": {}}) == ["a timer check without its latency and throughput halves"]
     assert bench.check_record({**good, "cuda_version": None}) == ["a CUDA record without a CUDA version"]
     assert "not ISO 8601" in bench.check_record({**good, "date": "yesterday"})[0]
     assert bench.check_record({k: v for k, v in good.items() if k != "device_name"}) == ["missing 'device_name'"]

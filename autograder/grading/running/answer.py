@@ -69,6 +69,10 @@ def _answer_diagnosis(function, request: dict) -> dict:
         record = {"largest": diagnoses.largest_tensor_in_backward(function, *args)}
     elif what == "dtype":
         record = diagnoses.dtype_record(function, args)
+    elif what == "device":
+        from autograder.student.checker.devices import device_record
+
+        record = device_record(function, args)
     else:
         return {"error": f"no diagnosis {what!r}"}
     return {"error": None, "record": encode(record)}

@@ -14,7 +14,7 @@ import types
 from autograder.grading.running.wire import Unsupported, decode, encode
 
 JUDGES = ("check_function", "check_forward", "check_callable", "check_saved", "check_values", "check_with",
-          "explain_known_mistakes", "explain_non_finite", "check_backward_size", "check_keeps_dtype")
+          "explain_known_mistakes", "explain_non_finite", "check_backward_size", "check_keeps_dtype", "check_device")
 TRANSFORMS = ("vmap", "forward_ad", "double_backward", "compile", "mutates")  # judged from both sides' results
 ALLOWED = {"autograd_in_backward"}  # a permission the in-process check enforces; nothing for the referee to judge
 
@@ -188,6 +188,14 @@ class Judges:
         from autograder.student.checker.diagnoses import dtype_problem
 
         self._diagnose(function, "dtype", args, 0, lambda record: dtype_problem(function.name, record, args))
+
+    def check_device(self, function, *args, device: str = "meta") -> None:
+        """What the test's ``check_device`` decides: forward and backward keep every tensor on the inputs' (meta) device."""
+        from autograder.student.checker.devices import device_problem
+
+        if device != "meta":
+            raise Unsupported("a device check on a real device runs where that device is")
+        self._diagnose(function, "device", args, 0, lambda record: device_problem(function.name, record))
 
     def _diagnose(self, function, what: str, args, seed: int, judge) -> None:
         """Ask the student's process for a diagnosis record (``autograder.student.checker.diagnoses``); judge it here."""

@@ -1,10 +1,13 @@
 """The gradient checker: compare a student's ``torch.autograd.Function`` with torch's own gradients.
 
 ``check_function(function, reference, *args)`` runs the student's Function and a plain-torch
-reference on fresh float64 copies of ``args``, compares every output and the gradient of every
+reference on fresh float64 copies of ``args`` (on their own device: CPU, CUDA, or mps, where it
+works in float32 for want of float64), compares every output and the gradient of every
 tensor input (with random upstream gradients, for all outputs at once and for each output alone),
 and raises ``AssertionError`` with a message a student can act on when anything is off.
 ``check_forward(function, reference, *args)`` checks the outputs only, for tests of forward alone;
+``check_device(function, *args)`` checks, on ``meta`` tensors and so on any machine, that forward and
+backward make every tensor on their inputs' device (a GPU's, in use);
 ``check_callable(function, reference, *args)`` checks a plain function, a custom operator or an
 ``nn.Module`` class the same way (outputs, and gradients for random upstream gradients).
 
@@ -25,19 +28,21 @@ The modules, from the bottom up (each imports only those before it):
 - ``callables``: ``check_callable``;
 - ``saved``: ``check_saved`` (what a Function keeps for backward);
 - ``harness``: ``check_values`` and ``check_with`` (plain results: a function of numbers, a training loop);
+- ``devices``: ``check_device`` (where a Function makes its tensors, checked on meta tensors);
 - ``transforms``, ``named``: what the options and the referee share.
 """
 
 from __future__ import annotations
 
 from autograder.student.checker.callables import check_callable
+from autograder.student.checker.devices import check_device
 from autograder.student.checker.core import _check_backward, _check_forward, _check_is_function_class, _describe_inputs
 from autograder.student.checker.optional import (
     _check_double_backward, _check_forward_ad, _check_under_compile, _check_under_vmap,
 )
 from autograder.student.checker.harness import check_values, check_with
 from autograder.student.checker.saved import check_saved
-from autograder.student.checker.references import ATOL, RTOL, _Inputs, _Report, _StudentError
+from autograder.student.checker.references import ATOL, RTOL, _Inputs, _Report, _StudentError, _tolerances
 
 
 def check_function(function, reference, *args, rtol: float = RTOL, atol: float = ATOL,
@@ -48,7 +53,9 @@ def check_function(function, reference, *args, rtol: float = RTOL, atol: float =
 
     ``function`` is called as ``function.apply(*args)``; ``reference(*args)`` must compute the same
     outputs with ordinary torch operations, so torch autograd gives the expected gradients.
-    Floating-point tensors in ``args`` are copied to fresh float64 leaves; other values pass through.
+    Floating-point tensors in ``args`` are copied to fresh float64 leaves on their device (float32 on
+    mps, which has no float64, with tolerances loosened to at least 1e-4 and 1e-5); other values pass
+    through, and every random tensor the check draws lives on the device of the tensor it stands for.
     ``inplace=True`` hands the Function copies of those leaves, for Functions that modify an
     input in place (with ``ctx.mark_dirty``). Returns ``None`` when everything matches, otherwise
     raises ``AssertionError`` explaining what is wrong, naming each failing input by its
@@ -74,6 +81,7 @@ def check_function(function, reference, *args, rtol: float = RTOL, atol: float =
     - ``compile``: outputs and gradients of ``torch.compile(..., backend="aot_eager",
       fullgraph=True)``, which must trace forward and backward into one graph.
     """
+    rtol, atol = _tolerances("check_function", args, rtol, atol)
     report, inputs = _start(function, args, inplace, constants, autograd_in_backward)
     if not inputs.tensor_positions:
         raise RuntimeError("check_function needs at least one floating-point tensor argument "
@@ -103,6 +111,7 @@ def check_forward(function, reference, *args, rtol: float = RTOL, atol: float = 
     inputs modified in place; ``inplace`` as there), with the same messages, but backward is never
     called: a test of forward alone must not fail because backward is not written yet.
     """
+    rtol, atol = _tolerances("check_forward", args, rtol, atol)
     report, inputs = _start(function, args, inplace, (), False)
     try:
         _check_forward(function, reference, inputs, report, rtol, atol)
@@ -120,4 +129,5 @@ def _start(function, args, inplace, constants, autograd_in_backward) -> tuple[_R
             _describe_inputs(function, args, inplace, constants, autograd_in_backward))
 
 
-__all__ = ["check_callable", "check_forward", "check_function", "check_saved", "check_values", "check_with"]
+__all__ = ["check_callable", "check_device", "check_forward", "check_function", "check_saved", "check_values",
+           "check_with"]

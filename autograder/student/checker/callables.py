@@ -2,8 +2,8 @@
 
 The same comparison as ``check_function`` for what is not a Function class: outputs, then the
 gradient of every floating-point tensor argument for random upstream gradients, compared with
-torch autograd on the reference. A Module is passed as its class and built with no arguments,
-so a grader can build it where the student's code runs.
+torch autograd on the reference. A Module is passed as its class and built with no arguments, on
+the arguments' device, so a grader can build it where the student's code runs.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import inspect
 from autograder.student.checker.core import _compare_outputs, _upstream
 from autograder.student.checker.messages import _difference, _run_reference, _run_student, _shape
 from autograder.student.checker.references import (
-    ATOL, RTOL, _as_float64, _as_tuple, _autograd_grad, _close, _float64, _Function, _Generator, _Inputs,
+    ATOL, RTOL, _as_float64, _as_tuple, _autograd_grad, _close, _device_of, _Function, _Generator, _Inputs,
     _is_float_tensor,
-    _Module, _Report, _StudentError, _Tensor, _zeros_like,
+    _Module, _Report, _StudentError, _Tensor, _tolerances, _zeros_like,
 )
 
 
@@ -35,7 +35,8 @@ def check_callable(function, reference, *args, rtol: float = RTOL, atol: float =
     (and returns None): the arguments after the call are compared, and no gradient is asked for.
     """
     name = getattr(function, "__name__", type(function).__name__)
-    run = _callable(function, name)
+    rtol, atol = _tolerances("check_callable", args, rtol, atol)
+    run = _callable(function, name, _device_of(args))
     names = _argument_names(function, len(args))
     inputs = _Inputs(args, names, False, frozenset(), frozenset(), (), False)
     report = _Report(f"{name} does not match torch")
@@ -108,15 +109,16 @@ def missing_message(name: str, missing: list[str], names: list[str]) -> str:
             f"holds only {', '.join(names) or 'no node'}: call your Function in forward, not a torch equivalent")
 
 
-def _callable(function, name: str):
-    """What builds the thing to call: the function itself, or a new instance of a Module class."""
+def _callable(function, name: str, device):
+    """What builds the thing to call: the function itself, or a new instance of a Module class on ``device``
+    (the arguments')."""
     if isinstance(function, type) and issubclass(function, _Function):
         raise AssertionError(f"{name} is a torch.autograd.Function: check it with check_function({name}, ...).")
     if isinstance(function, _Module):
         raise AssertionError(f"{name} is a Module instance: pass the class itself, check_callable("
                              f"{type(function).__name__}, ...); it is built with no arguments.")
     if isinstance(function, type) and issubclass(function, _Module):
-        return function
+        return lambda: function().to(device)
     if callable(function) and not isinstance(function, type):
         return lambda: function
     raise AssertionError(f"{name} is not a function or an nn.Module class.")
@@ -140,7 +142,7 @@ def _call(run, args, inputs):
     leaves, call = [], []
     for a in args:
         if _is_float_tensor(a):
-            leaf = a.detach().to(_float64).clone().requires_grad_(True)
+            leaf = _as_float64(a).requires_grad_(True)
             leaves.append(leaf)
             call.append(leaf)
         else:

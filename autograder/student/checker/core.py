@@ -12,13 +12,13 @@ import contextlib
 import inspect
 
 from autograder.student.checker.messages import (
-    _FLAG_RULE, _count, _diagnose, _difference, _dtype, _explain_needs_input_grad_error, _flag_branches,
-    _is_tensor_close, _output_label, _raw_problem, _returned_none, _run_reference, _run_student, _shape,
+    _DEVICE_RULE, _FLAG_RULE, _a_tensor_on, _count, _diagnose, _difference, _dtype, _explain_needs_input_grad_error,
+    _flag_branches, _is_tensor_close, _output_label, _raw_problem, _returned_none, _run_reference, _run_student, _shape,
     _wrong_flag,
 )
 from autograder.student.checker.references import (
-    _allclose, _as_tuple, _autograd_grad, _Case, _close, _engine_module, _equal, _Function, _Generator,
-    _graph_node, _HandedBackToAutograd, _Inputs, _is_float_tensor, _no_grad, _randn, _StudentError, _Tensor,
+    _allclose, _as_tuple, _autograd_grad, _Case, _close, _draw, _engine_module, _equal, _Function, _Generator,
+    _graph_node, _HandedBackToAutograd, _Inputs, _is_float_tensor, _no_grad, _StudentError, _Tensor,
     _zeros_like,
 )
 
@@ -129,6 +129,8 @@ def _compare_outputs(got: tuple, expected: tuple, report, rtol, atol, who: str =
             report.add(f"{label} is a {type(g).__name__}, expected a tensor.")
         elif g.shape != e.shape:
             report.add(f"{label} has shape {_shape(g)}, expected {_shape(e)}.")
+        elif g.device != e.device:
+            report.add(f"{label} is {_a_tensor_on(g.device)}, but the inputs are on {e.device}: {_DEVICE_RULE}")
         elif g.dtype != e.dtype:
             why = ("new tensors made in forward should use the input's dtype" if e.is_floating_point()
                    else "integer outputs such as indices must keep their integer dtype")
@@ -199,7 +201,7 @@ def _check_backward(function, reference, inputs, report, rtol, atol) -> None:
 def _upstream(outputs, used, seed: int) -> list:
     """Random upstream gradients (never ones) for the outputs in ``used``."""
     gen = _Generator().manual_seed(1234 + seed)
-    return [_randn(outputs[k].shape, generator=gen, dtype=outputs[k].dtype) for k in used]
+    return [_draw(outputs[k].shape, gen, outputs[k].dtype, outputs[k].device) for k in used]
 
 
 def _expected_gradients(reference, inputs, used, upstream) -> list:

@@ -18,10 +18,14 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from autograder.student.checker.references import _as_float64, _draw
+
 
 def float64_leaves(args) -> list:
-    return [a.detach().to(torch.float64).requires_grad_() if isinstance(a, torch.Tensor) and a.is_floating_point()
-            else a for a in args]
+    """Leaves in the checker's precision (float64; float32 on mps) for the float tensors of ``args``, on their
+    device."""
+    return [_as_float64(a).requires_grad_() if isinstance(a, torch.Tensor) and a.is_floating_point() else a
+            for a in args]
 
 
 def input_names(function) -> list[str]:
@@ -34,7 +38,7 @@ def backward_record(function, args, seed: int) -> dict:
     record = {"names": input_names(function)}
     try:
         output = function.apply(*leaves)
-        grad_output = torch.randn(output.shape, dtype=output.dtype, generator=torch.Generator().manual_seed(seed))
+        grad_output = _draw(output.shape, torch.Generator().manual_seed(seed), output.dtype, output.device)
         with torch.no_grad():
             returned = output.grad_fn.apply(grad_output)
     except Exception as error:

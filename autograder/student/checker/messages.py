@@ -108,9 +108,43 @@ def _run_student(stage: str, call, inputs: _Inputs):
             if "You must implement" not in str(err) else _explain(err, stage, inputs.names)
         ) from None
     except Exception as err:  # noqa: BLE001 - any student error becomes an explanation
+        made = _device_mistake(str(err), inputs.device)
+        if made:
+            raise _StudentError(_wrong_device(stage, made, inputs.device) + _student_line(err)) from None
         legacy = _legacy_style(err, inputs.undecorated)
         message = _explain(err, stage, inputs.names)
         raise _StudentError(message.rstrip(".") + legacy if legacy else message) from None
+
+
+# Torch's words for tensors on two devices in one operation (CUDA, mps, meta; torch 2.11 to 2.13).
+_MIXED_DEVICES = re.compile(r"same device|expected device|is not on the expected device|on the same device as")
+_DEVICE_NAME = re.compile(r"\b(cpu|cuda(?::\d+)?|mps(?::\d+)?|meta|xpu(?::\d+)?)\b")
+_DEVICE_RULE = ("pass device=x.device where you make a tensor (torch.zeros(shape, device=x.device)), or use "
+                "torch.zeros_like(x) / x.new_zeros(shape), which follow x.")
+
+
+def _device_mistake(text: str, device) -> str | None:
+    """The other device, when ``text`` is torch's error for tensors on two devices and one of them is
+    not ``device`` (the inputs'), else None."""
+    if not _MIXED_DEVICES.search(text):
+        return None
+    named = [d for d in dict.fromkeys(_DEVICE_NAME.findall(text)) if d.split(":")[0] != device.type]
+    return named[0] if named else None
+
+
+def _wrong_device(stage: str, made: str, device, verb: str = "made") -> str:
+    """A tensor the student made (or returned) on ``made`` while the inputs are on ``device``: what to do."""
+    where = {"forward": "your forward", "backward": "your backward"}.get(stage, stage)
+    what = _a_tensor_on(made)
+    meta = (" (the check runs your Function on `meta` tensors, which have shapes and no values: they stand "
+            "for a GPU, so a tensor made without device= shows up on a machine without one)"
+            if device.type == "meta" else "")
+    return f"{where} {verb} {what}; the input is on {device}{meta}: {_DEVICE_RULE}"
+
+
+def _a_tensor_on(device) -> str:
+    """'a CPU tensor', or 'a tensor on cuda:0'."""
+    return "a CPU tensor" if str(device) == "cpu" else f"a tensor on {device}"
 
 
 def _explain(err: Exception, stage: str, names: list[str]) -> str:
@@ -228,6 +262,9 @@ def _raw_problem(got, j, name, expected, inputs, rtol, atol) -> str | None:
             hint = ""
         return (f"backward's gradient for `{name}` has shape {_shape(r)}, but `{name}` has shape "
                 f"{_shape(e)}: each gradient must have its input's shape.{hint}")
+    if r.device != e.device:
+        return (f"backward returned {_a_tensor_on(r.device)} as the gradient for `{name}`, which is on {e.device}: "
+                f"{_DEVICE_RULE}")
     if r.dtype != e.dtype:
         return (f"backward's gradient for `{name}` has dtype {_dtype(r)}, but `{name}` is "
                 f"{_dtype(e)}: make new tensors with dtype={name}.dtype (or torch.zeros_like / "
@@ -412,9 +449,12 @@ def _broadcasts_to(shape, target) -> bool:
 
 
 def _difference(expected, got) -> str:
-    """Where and by how much ``got`` differs from ``expected``."""
-    expected = expected.detach().to(_float64)
-    got = got.detach().to(_float64)
+    """Where and by how much ``got`` differs from ``expected`` (shown from CPU float64 copies)."""
+    moved = f"It is on {got.device}, expected on {expected.device}. " if got.device != expected.device else ""
+    if moved:
+        return moved.rstrip()
+    expected = expected.detach().cpu().to(_float64)
+    got = got.detach().cpu().to(_float64)
     error = (got - expected).abs()
     wrong = ~_isclose(got, expected, rtol=RTOL, atol=ATOL, equal_nan=True)
     flat = int(error.nan_to_num(float("inf")).argmax()) if error.numel() else 0

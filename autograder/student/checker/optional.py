@@ -13,7 +13,7 @@ from autograder.student.checker.messages import (
 )
 from autograder.student.checker.references import (
     _allclose, _as_float64, _as_tuple, _autograd_grad, _close, _compiler_reset, _dual_level, _enable_grad,
-    _equal, _float64, _func_vjp, _Generator, _Inputs, _make_dual, _randn, _randperm, _stack,
+    _draw, _equal, _func_vjp, _Generator, _Inputs, _make_dual, _randperm, _stack,
     _is_float_tensor, _StudentError, _Tensor, _torch_compile, _unpack_dual, _vmap, _zeros_like,
 )
 from autograder.student.checker.transforms import COMPILE_BACKEND
@@ -76,7 +76,7 @@ def _vmap_layout(function, reference, inputs, report, rtol, atol, label, dims) -
 
     used = [k for k, o in enumerate(per_example[0]) if isinstance(o, _Tensor) and o.requires_grad]
     cot_gen = _Generator().manual_seed(8765)
-    cotangents = [_randn((_BATCH, *expected[k].shape[1:]), generator=cot_gen, dtype=expected[k].dtype) for k in used]
+    cotangents = [_draw((_BATCH, *expected[k].shape[1:]), cot_gen, expected[k].dtype, expected[k].device) for k in used]
     got_grads = _run_option(label, lambda: _vmapped_gradients(function, inputs, batched, in_dims, used, cotangents),
                             inputs)
     expected_grads = [_expected_gradients(reference, e, used, [c[b] for c in cotangents]) for b, e in enumerate(examples)]
@@ -117,7 +117,7 @@ def _check_forward_ad(function, reference, inputs, report, rtol, atol) -> None:
     """Output tangents from the Function's ``jvp`` against forward-mode AD on the reference."""
     label = "forward-mode AD (jvp)"
     gen = _Generator().manual_seed(2468)
-    tangents = [_randn(inputs.args[i].shape, generator=gen, dtype=_float64) for i in inputs.tensor_positions]
+    tangents = [_draw(a.shape, gen, a.dtype, a.device) for a in _leaves(inputs)]
     expected = _expected_tangents(reference, inputs, tangents)
     got = _student_tangents(function, inputs, tangents, label)
     if len(got) != len(expected):
@@ -178,7 +178,7 @@ def _check_double_backward(function, reference, inputs, report, rtol, atol) -> N
     used = [k for k, o in enumerate(ref_outputs) if isinstance(o, _Tensor) and o.requires_grad]
     upstream = _upstream(ref_outputs, used, 99)
     gen = _Generator().manual_seed(1357)
-    directions = [_randn(inputs.args[i].shape, generator=gen, dtype=_float64) for i in inputs.tensor_positions]
+    directions = [_draw(a.shape, gen, a.dtype, a.device) for a in _leaves(inputs)]
     names = [f"`{inputs.names[i]}`" for i in inputs.tensor_positions]
     names += ["grad_output" if len(used) == 1 else f"the grad_output of output {k}" for k in used]
 
@@ -326,4 +326,9 @@ def _run_compiled(label: str, call, inputs: _Inputs):
 def _permuted(value, gen):
     """``value`` as float64 with its elements in a random order (the same values, another example)."""
     flat = _as_float64(value).reshape(-1)
-    return flat[_randperm(flat.numel(), generator=gen)].reshape(value.shape)
+    return flat[_randperm(flat.numel(), generator=gen).to(flat.device)].reshape(value.shape)
+
+
+def _leaves(inputs: _Inputs) -> list:
+    """The float tensor inputs as the checks differentiate them: in the checker's precision, on their device."""
+    return [_as_float64(inputs.args[i]) for i in inputs.tensor_positions]

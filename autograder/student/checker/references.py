@@ -25,6 +25,8 @@ _randn = torch.randn
 _zeros_like = torch.zeros_like
 _ones_like = torch.ones_like
 _float64 = torch.float64
+_float32 = torch.float32
+_device = torch.device
 _Generator = torch.Generator
 _engine_module = torch.autograd
 _engine_run_backward = torch.autograd._engine_run_backward
@@ -45,6 +47,9 @@ _LIBRARY_DIRS = (os.path.dirname(torch.__file__), os.path.dirname(os.path.dirnam
 
 RTOL = 1e-6
 ATOL = 1e-8
+# Devices without float64 (Apple's mps): the checker works in float32 there, with these tolerances at least.
+NO_FLOAT64 = ("mps",)
+FLOAT32_RTOL, FLOAT32_ATOL = 1e-4, 1e-5
 
 
 @dataclass
@@ -66,6 +71,11 @@ class _Inputs:
     autograd_in_backward: bool = False
 
     @property
+    def device(self):
+        """The device of the arguments (of the first tensor among them; the CPU when there is none)."""
+        return _device_of(self.args)
+
+    @property
     def tensor_positions(self) -> list[int]:
         """Positions of the float tensors whose gradients are checked (constants are not)."""
         return [i for i, a in enumerate(self.args) if _is_float_tensor(a) and i not in self.constants]
@@ -73,14 +83,15 @@ class _Inputs:
     def fresh(self, requires=None) -> tuple[tuple, list]:
         """(arguments to call with, float64 leaves to differentiate with respect to).
 
-        Float tensors become new float64 leaves; constants become float64 copies; other values pass
-        through. With ``requires`` (positions), only those leaves require grad. With ``inplace``,
-        the call gets a copy of each leaf, so a Function may modify its input in place.
+        Float tensors become new float64 leaves (float32 on a device without float64); constants
+        become such copies; other values pass through. Every tensor stays on its device. With
+        ``requires`` (positions), only those leaves require grad. With ``inplace``, the call gets a
+        copy of each leaf, so a Function may modify its input in place.
         """
         leaves, call = [], []
         for i, a in enumerate(self.args):
             if _is_float_tensor(a) and i not in self.constants:
-                leaf = a.detach().to(_float64).clone().requires_grad_(requires is None or i in requires)
+                leaf = _as_float64(a).requires_grad_(requires is None or i in requires)
                 leaves.append(leaf)
                 call.append(leaf.clone() if self.inplace else leaf)
             else:
@@ -147,13 +158,51 @@ def _as_tuple(value) -> tuple:
 
 
 def _close(got, expected, rtol, atol) -> bool:
-    return got.shape == expected.shape and _allclose(got.detach().to(_float64),
-                                                     expected.detach().to(_float64),
-                                                     rtol=rtol, atol=atol, equal_nan=True)
+    """Same shape, same device, and values within the tolerances (compared in the checker's precision)."""
+    if got.shape != expected.shape or got.device != expected.device:
+        return False
+    precise = _precise_dtype(expected.device)
+    return _allclose(got.detach().to(precise), expected.detach().to(precise), rtol=rtol, atol=atol, equal_nan=True)
+
+
+def _precise_dtype(device):
+    """The dtype the checker computes in on ``device``: float64, or float32 where there is no float64 (mps)."""
+    return _float32 if _device(device).type in NO_FLOAT64 else _float64
+
+
+def _tolerances(check: str, args, rtol: float, atol: float) -> tuple[float, float]:
+    """``rtol``, ``atol`` as given, or loosened to float32's where the arguments' device has no float64.
+
+    ``check`` compares values, which meta tensors do not have: it refuses them (check_device is for them).
+    """
+    device = _device_of(args)
+    if device.type == "meta":
+        raise RuntimeError(f"{check} compares values, and meta tensors have none: run it on real tensors, and "
+                           f"check where a Function makes its tensors with check_device (this is a problem with "
+                           f"the test, not with your Function)")
+    if _precise_dtype(device) is _float64:
+        return rtol, atol
+    return max(rtol, FLOAT32_RTOL), max(atol, FLOAT32_ATOL)
 
 
 def _as_float64(value):
-    """A detached float64 copy of a float tensor, a copy of another tensor, any other value as is."""
+    """A detached copy of a float tensor in the checker's precision (float64, or float32 on mps) on its
+    own device, a copy of another tensor, any other value as is."""
     if _is_float_tensor(value):
-        return value.detach().to(_float64).clone()
+        return value.detach().to(_precise_dtype(value.device)).clone()
     return value.clone() if isinstance(value, _Tensor) else value
+
+
+def _device_of(values):
+    """The device of the first tensor among ``values`` (the CPU when there is none)."""
+    return next((v.device for v in values if isinstance(v, _Tensor)), _device("cpu"))
+
+
+def _draw(shape, generator, dtype, device):
+    """Seeded standard normal numbers of ``shape`` and ``dtype`` on ``device``.
+
+    They are drawn on the CPU (``generator`` is a CPU generator, or None) and then moved, so the same
+    seed gives the same numbers on every device, and a tensor the checker draws lives where the
+    tensors it stands for live (an upstream gradient on the outputs' device, a tangent on the input's).
+    """
+    return _randn(shape, generator=generator, dtype=dtype).to(device)

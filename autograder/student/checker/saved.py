@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from autograder.student.checker.references import (
-    _as_tuple, _close, _enable_grad, _equal, _float64, _is_float_tensor, _Tensor,
+    _as_float64, _as_tuple, _close, _enable_grad, _equal, _is_float_tensor, _Tensor, _tolerances,
 )
 
 _saved_tensors_hooks = torch.autograd.graph.saved_tensors_hooks  # captured before student code runs
@@ -67,17 +67,16 @@ def saved_problem(name: str, saved: list, attributes: list[str], expected, max_s
         return (f"{name} should save {len(expected)} tensor{'s' * (len(expected) != 1)} for backward ({wanted}); "
                 f"it saved {len(saved)}" + (f" ({', '.join(_describe(t) for t in saved)})" if saved else ""))
     for i, (got, (words, want)) in enumerate(zip(saved, expected)):
-        same = (got.shape == want.shape and got.dtype == want.dtype
-                and (_close(got, want, rtol, atol) if want.is_floating_point() else _equal(got, want)))
-        if not same:
+        alike = (got.shape, got.dtype, got.device) == (want.shape, want.dtype, want.device)
+        if not (alike and (_close(got, want, rtol, atol) if want.is_floating_point() else _equal(got, want))):
             return (f"{name}'s saved tensor {i + 1} should be {words} ({_describe(want)}); it is "
-                    f"{_describe(got)}" + ("" if got.shape != want.shape or got.dtype != want.dtype
-                                            else " with other values"))
+                    f"{_describe(got)}" + (" with other values" if alike else ""))
     return None
 
 
 def _describe(tensor) -> str:
-    return f"a {str(tensor.dtype).removeprefix('torch.')} tensor of shape {list(tensor.shape)}"
+    where = "" if tensor.device.type == "cpu" else f" on {tensor.device}"
+    return f"a {str(tensor.dtype).removeprefix('torch.')} tensor of shape {list(tensor.shape)}{where}"
 
 
 def check_saved(function, reference, *args, saves=None, max_saved: int | None = None, inplace: bool = False,
@@ -89,7 +88,8 @@ def check_saved(function, reference, *args, saves=None, max_saved: int | None = 
     name = getattr(function, "__name__", repr(function))
     if (saves is None) == (max_saved is None):
         raise TypeError("check_saved needs saves=... or max_saved=..., not both")
-    leaves = [a.detach().to(_float64).clone().requires_grad_(True) if _is_float_tensor(a) else a for a in args]
+    rtol, atol = _tolerances("check_saved", args, rtol, atol)
+    leaves = [_as_float64(a).requires_grad_(True) if _is_float_tensor(a) else a for a in args]
     _, saved, attributes = saved_record(function, [a * 1 if inplace and isinstance(a, _Tensor) else a for a in leaves])
     expected = []
     if saves is not None:

@@ -16,8 +16,8 @@ from __future__ import annotations
 import torch
 
 from autograder.student.checker.references import (
-    _as_tuple, _autograd_grad, _close, _compiler_reset, _dual_level, _enable_grad, _equal, _float64, _func_vjp,
-    _is_float_tensor, _make_dual, _randn, _randperm, _stack, _Tensor, _torch_compile, _unpack_dual, _vmap,
+    _as_float64, _as_tuple, _autograd_grad, _close, _compiler_reset, _draw, _dual_level, _enable_grad, _equal,
+    _func_vjp, _is_float_tensor, _make_dual, _randperm, _stack, _Tensor, _torch_compile, _unpack_dual, _vmap,
     _zeros_like,
 )
 
@@ -30,8 +30,9 @@ COMPILE_BACKEND = "aot_eager"  # Dynamo and AOTAutograd capture as for inductor;
 
 
 def fresh(args) -> list:
-    """Float64 leaves that need a gradient for the float tensors of ``args``; copies of other tensors; the rest as is."""
-    return [a.detach().to(_float64).clone().requires_grad_(True) if _is_float_tensor(a)
+    """Float64 leaves (float32 on mps) that need a gradient for the float tensors of ``args``, on their device;
+    copies of other tensors; the rest as is."""
+    return [_as_float64(a).requires_grad_(True) if _is_float_tensor(a)
             else a.clone() if isinstance(a, _Tensor) else a for a in args]
 
 
@@ -45,7 +46,9 @@ def used_outputs(outputs) -> list[int]:
 
 
 def draw_payload(kind: str, args, outputs, generator=None) -> dict:
-    """The random tensors a transform needs, drawn once and given to both sides (``outputs``: the reference's)."""
+    """The random tensors a transform needs, drawn once and given to both sides (``outputs``: the reference's).
+
+    Each lives on the device of the tensor it stands for, in its dtype (``_draw``)."""
     args = [a.detach() if isinstance(a, _Tensor) else a for a in args]
     where, used = positions(args), used_outputs(outputs)
     if kind == "vmap":
@@ -53,18 +56,18 @@ def draw_payload(kind: str, args, outputs, generator=None) -> dict:
         for i, a in enumerate(args):
             if i in where:
                 flat = a.reshape(-1)
-                examples = [a] + [flat[_randperm(flat.numel(), generator=generator)].reshape(a.shape)
+                examples = [a] + [flat[_randperm(flat.numel(), generator=generator).to(a.device)].reshape(a.shape)
                                   for _ in range(BATCH - 1)]
                 batched.append(_stack(examples))
             else:
                 batched.append(a)
-        cotangents = [_randn((BATCH, *outputs[k].shape), generator=generator, dtype=outputs[k].dtype) for k in used]
+        cotangents = [_draw((BATCH, *outputs[k].shape), generator, outputs[k].dtype, outputs[k].device) for k in used]
         return {"batched": batched, "cotangents": cotangents}
     if kind == "forward_ad":
-        return {"tangents": [_randn(args[i].shape, generator=generator, dtype=_float64) for i in where]}
+        return {"tangents": [_draw(args[i].shape, generator, args[i].dtype, args[i].device) for i in where]}
     if kind in ("double_backward", "compile"):
-        return {"upstream": [_randn(outputs[k].shape, generator=generator, dtype=outputs[k].dtype) for k in used],
-                "directions": [_randn(args[i].shape, generator=generator, dtype=_float64) for i in where]}
+        return {"upstream": [_draw(outputs[k].shape, generator, outputs[k].dtype, outputs[k].device) for k in used],
+                "directions": [_draw(args[i].shape, generator, args[i].dtype, args[i].device) for i in where]}
     return {}
 
 

@@ -1,0 +1,157 @@
+"""``python -m autograder.authoring.gpu_check``, the one command that checks the GPU half on a GPU: its CPU side.
+
+The command runs on a bare CUDA machine (torch, numpy, matplotlib, pytest; none of the course's
+other dependencies). Here it runs as it would there, with those dependencies made unimportable, and
+without CUDA its GPU steps say so and it ends cleanly. Its steps, and the notebook runner it uses,
+run on the CPU. On a GPU the command itself is the test (README: "Checking the GPU half").
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from autograder.authoring import gpu_check
+from autograder.authoring.notebook_script import code_cells, run_notebook
+
+REPO = Path(__file__).resolve().parents[2]
+# What a bare GPU machine does not have: the course's other dependencies (pyproject.toml's extras).
+ABSENT = ("nbgrader", "jupyter", "jupyter_server", "jupyterlab", "notebook", "IPython", "ipykernel", "playwright",
+          "traitlets", "nbformat", "nbconvert", "nbclient", "rich", "myst_nb", "sphinx", "psycopg", "sqlalchemy",
+          "xdist", "copydetect", "canvasapi", "tqdm")
+BLOCKER = f'''
+import sys
+
+# A machine without these: importing one raises ModuleNotFoundError, importlib.util.find_spec gives None.
+for _name in {ABSENT!r}:
+    sys.modules[_name] = None
+'''
+
+
+def _bare_environment(tmp_path) -> dict:
+    """This environment with the course's other dependencies unimportable, in every process it starts
+    (a sitecustomize module on PYTHONPATH), and the repository importable as PYTHONPATH=. makes it."""
+    site = tmp_path / "bare_site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(BLOCKER)
+    import os
+
+    # pytest's plugins installed here (xdist, ...) are absent there: not loaded, as they would not be found
+    return {**os.environ, "PYTHONPATH": f"{site}{os.pathsep}{REPO}", "MPLBACKEND": "Agg",
+            "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="with CUDA the command runs every step: run it as README says")
+def test_without_cuda_on_a_bare_machine_every_gpu_step_says_so_and_the_command_ends_cleanly(tmp_path):
+    out = tmp_path / "out"
+    env = _bare_environment(tmp_path)
+    probe = subprocess.run([sys.executable, "-c", "import nbformat"], env=env, capture_output=True, text=True)
+    assert "ModuleNotFoundError: import of nbformat halted" in probe.stderr, "the blocker works"
+    ran = subprocess.run([sys.executable, "-m", "autograder.authoring.gpu_check", str(out), "--budget", "120"],
+                         cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    data = json.loads((out / "gpu_check.json").read_text())
+    outcome = {s["name"]: (s["status"], s["summary"]) for s in data["steps"]}
+    assert outcome["machine"][0] == "passed" and "no CUDA device" in outcome["machine"][1]
+    skipped = [name for name, (status, summary) in outcome.items() if summary == gpu_check.NO_CUDA]
+    assert skipped == ["checker entry points on cuda", "07 on the GPU, cell by cell",
+                       "07 with no GPU visible (CUDA build, as on Colab's CPU runtime)",
+                       "recorder: sweep and like-with-like timer checks", "assignment 10's kernel timings (hook)"]
+    # the tests marked gpu ran there, conftest and all, and skipped for want of CUDA
+    status, summary = outcome["tests marked gpu"]
+    assert status == "passed" and "skipped" in summary and "error" not in summary, summary
+    log = (out / "pytest.log").read_text()
+    assert "SKIPPED" in log and "needs a CUDA device" in log and "ModuleNotFoundError" not in log
+    report = (out / "report.md").read_text()
+    assert report.count(gpu_check.NO_CUDA) >= 5 and "| tests marked gpu | passed |" in report
+    assert sorted(p.name for p in out.iterdir()) == ["gpu_check.json", "pytest.log", "report.md"]
+
+
+def test_the_entry_point_and_recorder_steps_run_on_the_cpu(tmp_path):
+    step = gpu_check.Step("entry points")
+    gpu_check.entry_points(step, "cpu")
+    assert step.status == "passed" and len(step.data["rows"]) == 32 and step.summary.startswith("32 of 32")
+    step = gpu_check.Step("recorder")
+    gpu_check.recorder(step, tmp_path, "cpu", {"min_exp": 8, "max_exp": 10, "step": 2}, gpu_check.CPU_OPTIONS)
+    record = json.loads((tmp_path / "reference_cpu.json").read_text())
+    assert record["largest_elements"] == 1024 and record["cpu_threads"] == 1
+    assert {p.name for p in tmp_path.iterdir()} == {"reference_cpu.json", "reference_cpu_time.png",
+                                                     "reference_cpu_throughput.png"}
+    checks = step.data["timer_checks"]
+    assert set(checks) == {"fused Function (eager)", "built-in F.gelu(x + bias)"}
+    for name, check in checks.items():
+        for way, bar in (("latency", 0.10), ("throughput", 0.10)):  # on a loaded CPU they may disagree: reported
+            assert step.data["within_bars"][f"{name}, {way}"] == (check[way]["relative_difference"] <= bar)
+    assert step.status == ("passed" if all(step.data["within_bars"].values()) else "failed")
+    assert "| fused Function (eager), 1024 elements |" in gpu_check.report(
+        {"date": "d", "seconds": 1, "budget_seconds": 2, "steps": [vars(step)]})
+
+
+def test_a_step_that_breaks_or_finds_no_time_is_reported_and_the_others_still_run(tmp_path):
+    check = gpu_check.Check(tmp_path, budget=60, device="cpu", available=True)
+
+    def broken(step):
+        raise ValueError("this step broke")
+
+    check.run("broken", 0, broken)
+    check.run("too long", 1000, lambda step: None)
+    check.available = False
+    check.run("needs the device", 0, lambda step: None)
+    data = json.loads((tmp_path / "gpu_check.json").read_text())
+    states = [(s["name"], s["status"]) for s in data["steps"]]
+    assert states == [("broken", "error"), ("too long", "skipped"), ("needs the device", "skipped")]
+    assert "ValueError: this step broke" in data["steps"][0]["summary"]
+    assert "1000 s needed" in data["steps"][1]["summary"] and data["steps"][2]["summary"] == gpu_check.NO_CUDA
+    assert "| broken | error |" in (tmp_path / "report.md").read_text()
+
+
+def test_the_kernel_timings_hook_says_it_is_not_wired_until_it_is(tmp_path, monkeypatch):
+    step = gpu_check.Step("hook")
+    gpu_check.kernel_timings(step, tmp_path, "cpu")
+    assert step.status == "skipped" and "not wired yet" in step.summary
+    (tmp_path / "fake_kernels.py").write_text("def timings(out_dir, device):\n    return {'device': device}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(gpu_check, "KERNEL_TIMINGS", "fake_kernels:timings")
+    gpu_check.kernel_timings(step, tmp_path, "cpu")
+    assert step.status == "passed" and step.data == {"device": "cpu"}
+
+
+NOTEBOOK = {"cells": [
+    {"cell_type": "markdown", "metadata": {}, "source": ["# a notebook"]},
+    {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+     "source": ["%pip install nothing\n", "!ls\n", "from pathlib import Path\n", "here = Path.cwd().name\n",
+                "print('in', here)"]},
+    {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+     "source": ["import matplotlib.pyplot as plt\n", "plt.plot([1, 2]); plt.show()\n", "print(here)"]},
+    {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None, "source": ["1 / 0"]},
+    {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None, "source": ["print('never')"]},
+], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+
+
+def test_a_notebook_runs_cell_by_cell_without_magics_in_its_folder_and_stops_at_the_first_error(tmp_path):
+    folder = tmp_path / "07_somewhere"
+    folder.mkdir()
+    path = folder / "nb.ipynb"
+    path.write_text(json.dumps(NOTEBOOK))
+    assert [c.splitlines()[0] for c in code_cells(NOTEBOOK)] == ["from pathlib import Path",
+                                                                   "import matplotlib.pyplot as plt", "1 / 0",
+                                                                   "print('never')"]
+    rows = run_notebook(path)
+    assert [(r["cell"], r["ok"]) for r in rows] == [(1, True), (2, True), (3, False)]
+    assert rows[0]["printed"] == "in 07_somewhere\n" and rows[1]["printed"] == "07_somewhere\n"
+    assert rows[2]["error"] == "ZeroDivisionError: division by zero"
+    step = gpu_check.Step("notebook")
+    gpu_check.notebook(step, path=path, timeout=120)
+    assert step.status == "failed" and "2 of 4 code cells ran" in step.summary and "ZeroDivisionError" in step.summary
+
+
+def test_the_command_is_documented_for_instructors_and_in_the_makefile():
+    readme = (REPO / "README.md").read_text()
+    assert "PYTHONPATH=. python3 -m autograder.authoring.gpu_check" in readme and "make gpu-check" in readme
+    makefile = (REPO / "Makefile").read_text()
+    assert "gpu-check:" in makefile and "autograder.authoring.gpu_check" in makefile
