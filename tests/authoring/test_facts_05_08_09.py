@@ -283,3 +283,43 @@ def test_a_buffer_is_in_the_state_dict_and_gets_no_gradient():
     module.register_buffer("running_mean", torch.zeros(3))
     assert list(module.parameters()) == [] and list(module.state_dict()) == ["running_mean"]
     assert not module.running_mean.requires_grad
+
+
+def test_batch_norm1d_has_a_weight_of_ones_and_a_bias_of_zeros_that_scale_and_shift_each_column():
+    # 05, Exercises 5 and 6: y = weight * x-hat + bias per column, in training (batch statistics, as
+    # F.batch_norm(x, None, None, weight, bias, training=True) computes) and in eval (running statistics).
+    layer = torch.nn.BatchNorm1d(3, eps=1e-3).double()
+    assert [name for name, _ in layer.named_parameters()] == ["weight", "bias"]
+    assert torch.equal(layer.weight, torch.ones(3).double()) and torch.equal(layer.bias, torch.zeros(3).double())
+    with torch.no_grad():
+        layer.weight.copy_(torch.tensor([2.0, -1.0, 0.5]))
+        layer.bias.copy_(torch.tensor([0.1, 0.2, 0.3]))
+    x = torch.randn(8, 3, dtype=torch.float64) * 2 + 1
+    xhat = (x - x.mean(0)) / torch.sqrt(x.var(0, unbiased=False) + 1e-3)
+    expected = layer.weight.detach() * xhat + layer.bias.detach()
+    assert torch.allclose(layer(x), expected)
+    assert torch.allclose(F.batch_norm(x, None, None, layer.weight, layer.bias, training=True, eps=1e-3), expected)
+    layer.eval()
+    x = torch.randn(5, 3, dtype=torch.float64, requires_grad=True)
+    scale = layer.weight.detach() / torch.sqrt(layer.running_var + 1e-3)
+    assert torch.allclose(layer(x), (x - layer.running_mean) * scale + layer.bias)
+    g = torch.randn(5, 3, dtype=torch.float64)
+    (grad_x,) = torch.autograd.grad(layer(x), x, g)
+    assert torch.allclose(grad_x, g * scale)  # in eval, the gradient of x is the scale weight / sqrt(var + eps)
+
+
+def test_batch_norms_weight_factors_out_and_its_input_gradient_reuses_the_parameters_gradients():
+    # 05's model derivation of BatchNormTrain: g_x = w r (g - mean(g) - xhat mean(g xhat)) = (w r / N)(N g - g_b - xhat g_w),
+    # over the batch, with g_b = sum(g) and g_w = sum(g xhat); and LayerNorm's formula over the rows is not it.
+    x, w, b = (torch.randn(*shape, dtype=torch.float64, requires_grad=True) for shape in ((6, 4), (4,), (4,)))
+    g = torch.randn(6, 4, dtype=torch.float64)
+    grad_x, grad_w, grad_b = torch.autograd.grad(F.batch_norm(x, None, None, w, b, training=True, eps=1e-5), (x, w, b), g)
+    x, w = x.detach(), w.detach()
+    r = torch.rsqrt(x.var(0, unbiased=False, keepdim=True) + 1e-5)
+    xhat = (x - x.mean(0, keepdim=True)) * r
+    assert torch.allclose(grad_b, g.sum(0)) and torch.allclose(grad_w, (g * xhat).sum(0))
+    assert torch.allclose(grad_x, w * r * (g - g.mean(0, keepdim=True) - xhat * (g * xhat).mean(0, keepdim=True)))
+    assert torch.allclose(grad_x, w * r / 6 * (6 * g - grad_b - xhat * grad_w))
+    gx = g * w
+    over_rows = r * (gx - gx.mean(-1, keepdim=True) - xhat * (gx * xhat).mean(-1, keepdim=True))
+    assert not torch.allclose(grad_x, over_rows)

@@ -15,6 +15,7 @@ import warnings
 import pytest
 import torch
 from torch import nn
+from torch.autograd.gradcheck import GradcheckError
 from torch.utils._python_dispatch import TorchDispatchMode
 
 
@@ -494,3 +495,73 @@ def test_a_backward_written_as_a_second_function_is_differentiated_through_it():
 
     x = torch.tensor([0.5, 1.0, 2.0], dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradgradcheck(Sin.apply, (x,))
+
+
+# 02 / 06 / 09 -- in-place without mark_dirty, a forgotten grad_output, forward without a graph ----
+
+def test_an_in_place_function_without_mark_dirty_gives_a_silently_wrong_gradient():
+    """02's Common mistake 4: NegNoDirty_ negates its input in place without ctx.mark_dirty; the gradient of
+    a.sum() comes out as [1, 1] (a's old history, a = leaf * 1) where -1 is right, with no error."""
+
+    class NegNoDirty_(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            x.neg_()
+            return x
+
+        @staticmethod
+        def backward(ctx, grad_output):
+            return -grad_output
+
+    leaf = torch.tensor([-1.0, 2.0], requires_grad=True)
+    a = leaf * 1
+    NegNoDirty_.apply(a)
+    a.sum().backward()
+    assert leaf.grad.tolist() == [1.0, 1.0] and type(a.grad_fn).__name__ == "MulBackward0"
+
+
+class _ForgetfulSin(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x.sin()
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (x,) = ctx.saved_tensors
+        return x.cos()  # not multiplied by grad_output
+
+
+def test_gradcheck_names_a_forgotten_grad_output_on_one_element_and_sum_backward_hides_it():
+    """06's ForgetfulSin: .sum().backward() gives cos(x), as if right; gradcheck on one element says
+    'backward not multiplied by grad_output'; its analytical Jacobian repeats one row (Section 7's picture)."""
+    x = torch.tensor([0.5], dtype=torch.float64, requires_grad=True)
+    _ForgetfulSin.apply(x).sum().backward()
+    assert torch.allclose(x.grad, x.detach().cos())
+    with pytest.raises(GradcheckError, match="backward not multiplied by grad_output"):
+        torch.autograd.gradcheck(_ForgetfulSin.apply, (x,))
+    xs = torch.linspace(-2, 2, 6, dtype=torch.float64, requires_grad=True)
+    y = _ForgetfulSin.apply(xs)
+    rows = [torch.autograd.grad(y, xs, torch.eye(6, dtype=torch.float64)[i], retain_graph=True)[0] for i in range(6)]
+    assert all(torch.equal(row, xs.detach().cos()) for row in rows)
+
+
+def test_a_functions_forward_records_no_graph():
+    """09's CheckpointedMLP needs no torch.no_grad() in forward: a Function's forward runs with grad disabled,
+    so the activations it computes are not kept (06's Peek prints the same)."""
+    seen = {}
+
+    class Block(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, w):
+            seen["grad enabled"] = torch.is_grad_enabled()
+            hidden = torch.nn.functional.gelu(x @ w)
+            seen["hidden has a graph"] = hidden.requires_grad
+            return hidden.sum(-1)
+
+        @staticmethod
+        def backward(ctx, grad_output):
+            return None, None
+
+    kept = _saved(Block.apply, torch.randn(3, 4, requires_grad=True), torch.randn(4, 5, requires_grad=True))
+    assert seen == {"grad enabled": False, "hidden has a graph": False} and kept == []

@@ -466,6 +466,6 @@ def test_forging_a_verdict_from_inside_the_interpreter_gains_nothing(run, studen
     # their checks again outside it, fails them (autograder/grading/running/referee.py).
     assert float(run.rows[student]["score"]) <= float(run.rows[UNTAMPERED[EXERCISE[student]]]["score"])
     if student in ("replaces_run_cell", "replaces_error_hook"):  # passed in their own process: the referee says why not
-        assert "Cube: forward's output 0 is wrong (found by the grader's own check" in outputs_of(
-            autograded(run.course_obj, student), "test_cube_forward")
+        shown = outputs_of(autograded(run.course_obj, student), "test_cube_forward")
+        assert "Cube: forward's output is wrong" in shown and "first (found by the grader's own check" in shown
 

@@ -83,7 +83,7 @@ def test_a_right_function_passes_every_check_the_referee_decides():
 
 def test_a_wrong_gradient_fails_with_a_message_that_shows_no_test_line():
     judged, failure = _judge(_asker(_student(WRONG_BACKWARD)), "test_cube_backward")
-    assert judged == 4 and failure.startswith("Cube: backward's gradient for input 1 is wrong")
+    assert judged == 4 and failure.startswith("Cube: the gradient for `x` is wrong (found by the grader's own check")
     hidden = "check_function(Cube, lambda x: x ** 3, torch.randn(4, 5))"
     assert hidden not in failure and "torch.randn" not in failure
 
@@ -94,7 +94,7 @@ def test_recorded_answers_are_useless_because_inputs_and_upstream_gradients_are_
     replay = iter(recorded)
     judged, failure = _judge(_each(lambda request: next(replay)), "test_cube_backward")
     # Even the visible check's literal input gets new random upstream gradients: the replay fails at once.
-    assert judged == 4 and failure.startswith("Cube: backward's gradient for input 1 is wrong")
+    assert judged == 4 and failure.startswith("Cube: the gradient for `x` is wrong")
 
 
 def test_checks_on_values_the_referee_cannot_compute_are_left_to_the_students_process():
@@ -120,7 +120,9 @@ def test_checks_on_values_the_referee_cannot_compute_are_left_to_the_students_pr
                                   "data": base64.b64encode(b"\0" * 8).decode()}], "grads": []}, "malformed"),
     ({"error": None, "outputs": [{"other": "str"}], "grads": []}, "is not a tensor"),
     ({"error": None, "outputs": [], "grads": []}, "returned 0 outputs"),
-    ({"error": "RuntimeError: no"}, "failed (RuntimeError: no)"),
+    ({"error": "RuntimeError: no"}, "Cube: raised RuntimeError: no (found by"),
+    ({"error": "NotImplementedError: "}, "Cube: not done yet (replace `raise NotImplementedError()` with your code)"),
+    ({"error": "TimeoutError: timed out after 2 s"}, "Cube: timed out after 2 s (found by"),
 ])
 def test_whatever_the_students_process_sends_back_is_checked_and_fails_the_check(reply, says):
     cells = [IMPORTS, {"kind": "test", "grade_id": "t", "source": "check_function(Cube, lambda x: x ** 3, torch.randn(3))"}]
@@ -155,7 +157,7 @@ def wrong_norm_squared(x, y):
     ("check_callable(norm_squared, lambda x, y: (x * x).sum() + y, torch.randn(4), torch.randn(()))", None),
     ("check_callable(Doubler, lambda x: 2 * x, torch.randn(2, 3))", None),
     ("check_callable(wrong_norm_squared, lambda x, y: (x * x).sum() + y, torch.randn(4), torch.randn(()))",
-     "wrong_norm_squared: output 0 is wrong"),
+     "wrong_norm_squared: its output is wrong"),
     ("check_callable(Cube, lambda x: x ** 3, torch.randn(3))", "no function or nn.Module class named Cube"),
     ("check_function(norm_squared, lambda x, y: (x * x).sum() + y, torch.randn(4), torch.randn(()))",
      "no torch.autograd.Function named norm_squared"),
@@ -167,6 +169,44 @@ def test_functions_and_module_classes_are_called_and_functions_applied(call, say
     names = ["Cube", "Doubler", "norm_squared", "wrong_norm_squared"]
     judged, failure = referee.Referee(cells, names, _asker(namespace)).judge_cell("t")
     assert judged == 1 and (failure is None if says is None else says in failure)
+
+
+def test_the_referee_names_each_input_as_forward_names_it():
+    """The student's process reports forward's parameter names with its answer, as the in-process checker names
+    them; a reply whose names are not plain names gets positions instead."""
+    namespace = _student(("grad_output * 2 * x2", "2 * x2"))  # PolyFunction forgets grad_output for x2 only
+    judged, failure = _judge(_asker(namespace), "test_poly_function")
+    assert failure.startswith("PolyFunction: the gradient for `x2` is wrong (found by the grader's own check")
+    assert "For a random grad_output, compared with torch autograd on the reference:" in failure
+
+    def odd_names(request):
+        reply = answer.answer(json.loads(json.dumps(request)), namespace)
+        return dict(reply, names=["x1", "<b>x2</b>"]) if "names" in reply else reply
+
+    judged, failure = _judge(_each(odd_names), "test_poly_function")
+    assert failure.startswith("PolyFunction: the gradient for `input 2` is wrong")
+
+
+CUBE_BACKWARD = "        (x,) = ctx.saved_tensors\n        return grad_output * 3 * x ** 2"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cause, body, says", [
+    ("not done", "        raise NotImplementedError()",
+     "NotImplementedError: not done yet (replace `raise NotImplementedError()` with your code)"),
+    ("crashed", "        raise RuntimeError('oops')", "RuntimeError: oops"),
+    ("timed out", "        while True:\n            pass", "TimeoutError: timed out after 2 s (an infinite loop?)"),
+])
+def test_each_way_a_cell_fails_is_said_once(cause, body, says, tmp_path):
+    """A backward left as released, one that raises and one that never returns: test_cube_backward shows its own
+    error, as its value (what `check` and the feedback page read), once; the referee, which meets the same error
+    when it asks, adds nothing."""
+    cells = _cells((CUBE_BACKWARD, body))
+    result = execute(cells, str(tmp_path), Limits(cell_timeout=2, after_timeout=2), {},
+                     referee.trusted_cells(_notebook()))
+    index = next(i for i, c in enumerate(cells) if c.get("grade_id") == "test_cube_backward")
+    errors = [f"{o['ename']}: {o['evalue']}" for o in result.outputs[index] if o["output_type"] == "error"]
+    assert errors == [says], cause
 
 
 def _cells(replace=None, extra: str = "") -> list[dict]:
@@ -199,7 +239,7 @@ def test_in_grading_a_forged_pass_is_overruled_and_an_honest_notebook_keeps_ever
     # Wrong backward, and every later cell "passes" because run_cell no longer runs anything.
     forged = _cells(WRONG_BACKWARD, "\nget_ipython().run_cell = lambda *args, **kwargs: None\n")
     result = execute(forged, str(tmp_path), Limits(cell_timeout=30), {}, trusted)
-    assert any("backward's gradient for input 1 is wrong" in e for e in _errors(result, forged, "test_cube_backward"))
+    assert any("the gradient for `x` is wrong" in e for e in _errors(result, forged, "test_cube_backward"))
     assert any("Sqrt" in e for e in _errors(result, forged, "test_sqrt"))
     # A notebook that forges pipe messages and exits in the middle of the referee's checks; the same
     # referee process then judges the next notebook as if nothing had happened.

@@ -31,6 +31,7 @@ import pytest
 from nbgrader.api import Gradebook
 
 from autograder.course import Course
+from autograder.student.checker.messages import NOT_DONE
 from conftest import REPO, filled_release, nbgrader_meta, solution_answers
 
 pytestmark = pytest.mark.slow
@@ -434,6 +435,12 @@ def test_ordinary_errors_fail_their_exercise_with_the_error(batch):
                            ("not_implemented", "NotImplementedError")]:
         assert_row(batch, student, MAX_SCORE - POINTS["test_sqrt"], "graded")
         assert error in batch.page(student), student
+    # Left as released: one line on the feedback page, the same `check` prints; the grader's own check,
+    # which meets the same NotImplementedError, adds nothing.
+    shown = json.loads(outputs_of(autograded(batch.course, "not_implemented"), "test_sqrt"))
+    assert [(o["ename"], o["evalue"], o["traceback"]) for o in shown if o["output_type"] == "error"] == [
+        ("NotImplementedError", NOT_DONE, [f"NotImplementedError: {NOT_DONE}"])]
+    assert "NotImplementedError: not done yet (replace" in batch.page("not_implemented")
 
 
 def test_warnings_and_stderr_text_never_cost_marks(batch):

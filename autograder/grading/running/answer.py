@@ -18,7 +18,7 @@ def answer(request: dict, namespace: dict) -> dict:
     """Apply the student's Function as asked and send back its outputs and gradients (or the error)."""
     import torch
 
-    from autograder.student.checker.callables import graph_names
+    from autograder.student.checker.callables import argument_names, graph_names
 
     try:
         run = _target(request, namespace)
@@ -41,7 +41,7 @@ def answer(request: dict, namespace: dict) -> dict:
         outputs = tuple(outputs) if isinstance(outputs, (tuple, list)) else (outputs,)
         reply = {"error": None, "outputs": [_encode_output(o) for o in outputs], "grads": None,
                  "returned_inputs": [next((i for i, a in enumerate(call) if o is a), None) for o in outputs],
-                 "graph": graph_names(outputs)}
+                 "graph": graph_names(outputs), "names": argument_names(namespace[request["target"]], len(args))}
         upstream = request["upstream"]
         if upstream is not None and len(upstream) == len(outputs):
             used = [(o, decode(u)) for o, u in zip(outputs, upstream) if u is not None]

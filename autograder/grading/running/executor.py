@@ -161,10 +161,12 @@ def execute(cells: list[dict], cwd: str, limits: Limits = Limits(),
                     if referee is not None and cells[index].get("grade_id"):
                         # A cell that failed in the student's process fails whatever the referee finds; where
                         # the referee holds its hidden tests it still says what they found (it may name the
-                        # mistake: 05's diagnoses), after the visible part's own error.
+                        # mistake: 05's diagnoses), after the visible part's own error, but not that the
+                        # student's code raised again (one message per cause: not done yet, an error, a timeout).
                         failed_here = any(o["output_type"] == "error" for o in outputs)
                         if not failed_here or index in result.decided:
-                            result.judged[index], failure = referee.judge(cells[index]["grade_id"], receive, child)
+                            result.judged[index], failure = referee.judge(cells[index]["grade_id"], receive, child,
+                                                                          failed_here)
                             if failure:
                                 _append(result, index, error_output("AssertionError", failure))
                         if referee.child_gone:

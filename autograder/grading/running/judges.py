@@ -9,6 +9,7 @@ The student's names are ``StudentObject``s here: a judge may name them, nothing 
 
 from __future__ import annotations
 
+import re
 import types
 
 from autograder.grading.running.wire import Unsupported, decode, encode
@@ -240,7 +241,7 @@ class Judges:
             upstream = [torch.randn_like(e) if isinstance(e, torch.Tensor) and e.requires_grad else None
                         for e in expected]
             request["upstream"] = [None if u is None else encode(u) for u in upstream]
-        words = ("forward's output", "backward's gradient") if kind == "apply" else ("output", "the gradient")
+        who = ("forward", "forward's output") if kind == "apply" else (function.name, "its output")
         transforms = []  # (kind, the reference's results) for each transform asked for
         for name in [t for t in TRANSFORMS if options.get(t)]:
             used = used_outputs(expected)
@@ -250,7 +251,7 @@ class Judges:
                 "kind": name, "used": used, "payload": {k: [encode(v) for v in vs] for k, vs in payload.items()}})
 
         def compare(reply) -> str | None:
-            problem = self._compare(leaves, grad, expected, upstream, reply, rtol, atol, words)
+            problem = self._compare(leaves, grad, expected, upstream, reply, rtol, atol, who)
             if problem is None and reply.get("upstream_modified") is True:
                 problem = ("backward changed grad_output in place: another branch of the graph that shares it then "
                            "gets a wrong gradient. Compute a new tensor (grad_output * mask), do not write into it")
@@ -264,7 +265,9 @@ class Judges:
                 if not isinstance(got, dict) or (got.get("error") is None and not isinstance(got.get("results"), list)):
                     problem = f"could not be checked {name}: your notebook's process sent no answer"
                 elif got.get("error") is not None:
-                    problem = f"failed {name} ({str(got['error'])[:300]})"
+                    from autograder.student.checker.messages import student_error
+
+                    problem = f"under {name}, it {student_error(str(got['error'])[:300])}"
                 else:
                     try:
                         problem = difference(name, [decode(r) if isinstance(r, dict) and "other" not in r else r
@@ -285,36 +288,39 @@ class Judges:
         self.pending.append((request, compare))
 
     @staticmethod
-    def _compare(leaves, grad, expected, upstream, reply, rtol, atol, words) -> str | None:
-        """What is wrong with the student's reply, or None when outputs (and gradients) match."""
+    def _compare(leaves, grad, expected, upstream, reply, rtol, atol, who) -> str | None:
+        """What is wrong with the student's reply, or None when outputs (and gradients) match. ``who``: (whose
+        outputs they are, what to call one: forward's, or the function's); inputs are named as the reply names them."""
         import torch
 
+        from autograder.student.checker.messages import _output_label, wrong_gradient, wrong_output
         from autograder.student.checker.references import _close
 
-        if not isinstance(reply, dict):
-            return "could not be checked: your notebook's process sent no answer"
-        if reply.get("error") is not None:
-            return f"failed ({str(reply['error'])[:300]})"
+        if _unanswered(reply):
+            return _unanswered(reply)
         try:
             outputs = [decode(o) if isinstance(o, dict) and "other" not in o else o for o in reply["outputs"]]
         except (KeyError, TypeError, ValueError) as error:
             return f"could not be checked: your notebook's process sent a malformed answer ({error})"
         if len(outputs) != len(expected):
-            return f"returned {len(outputs)} outputs, the reference {len(expected)}"
+            return f"{who[0]} returned {len(outputs)} outputs, the reference {len(expected)}"
         for k, (got, want) in enumerate(zip(outputs, expected)):
+            label = _output_label(k, len(expected), who[1])
             if not isinstance(want, torch.Tensor):
                 from autograder.student.checker.harness import same_data, short
 
                 if not same_data(got, want, max(rtol, 1e-12), atol):
-                    return f"{words[0]} {k} is {short(got)}, expected {short(want)}"
+                    return f"{label} is {short(got)}, expected {short(want)}"
                 continue
             if not isinstance(got, torch.Tensor):
-                return f"{words[0]} {k} is not a tensor"
+                return f"{label} is not a tensor"
             if got.shape != want.shape or got.dtype != want.dtype:
-                return (f"{words[0]} {k} has shape {list(got.shape)} and dtype {got.dtype}, expected "
+                return (f"{label} has shape {list(got.shape)} and dtype {got.dtype}, expected "
                         f"{list(want.shape)} and {want.dtype}")
-            if not (_close(got, want, rtol, atol) if want.is_floating_point() else torch.equal(got, want)):
-                return f"{words[0]} {k} is wrong"
+            if not want.is_floating_point() and not torch.equal(got, want):
+                return f"{label} is wrong (integer values must match exactly)"
+            if want.is_floating_point() and not _close(got, want, rtol, atol):
+                return wrong_output(label, who[0], want, got)
         if not any(u is not None for u in upstream):
             return None
         used = [(e, u) for e, u in zip(expected, upstream) if u is not None]
@@ -326,28 +332,49 @@ class Judges:
             return f"could not be checked: your notebook's process sent malformed gradients ({error})"
         if len(grads) != len(leaves):
             return "could not be checked: your notebook's process sent the wrong number of gradients"
+        names = _input_names(reply, len(leaves))
         for i, (got, want) in enumerate(zip([g for g, w in zip(grads, grad) if w], right)):
-            position = [j for j, w in enumerate(grad) if w][i]
+            name = names[[j for j, w in enumerate(grad) if w][i]]
             want = torch.zeros_like(wrt[i]) if want is None else want
             got = torch.zeros_like(want) if got is None else got
-            if not isinstance(got, torch.Tensor) or not _close(got, want, rtol, atol):
-                return f"{words[1]} for input {position + 1} is wrong"
+            if not isinstance(got, torch.Tensor) or got.shape != want.shape:
+                return f"the gradient for `{name}` is wrong: it is not a tensor of `{name}`'s shape {list(want.shape)}"
+            if not _close(got, want, rtol, atol):
+                return wrong_gradient(name, want, got)
         return None
 
 
-
 def _unanswered(reply) -> str | None:
-    """Why ``reply`` holds no answer to judge (none came, or the student's code failed), or None."""
+    """Why ``reply`` holds no answer to judge (none came, or the student's code failed: said as the
+    notebook says it, ``messages.student_error``), or None."""
     if not isinstance(reply, dict):
         return "could not be checked: your notebook's process sent no answer"
     if reply.get("error") is not None:
-        return f"failed ({str(reply['error'])[:300]})"
+        from autograder.student.checker.messages import student_error
+
+        return student_error(str(reply["error"])[:300])
     return None
 
 
+NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,60}(\[\d{1,4}\])?|input \d{1,4}")
+
+
+def _input_names(reply: dict, count: int) -> list[str]:
+    """The names the student's process gives the inputs (``forward``'s parameters: ``callables.argument_names``),
+    where they are plain names; else ``input 1``, ``input 2``, ..."""
+    names = reply.get("names")
+    if (isinstance(names, list) and len(names) == count
+            and all(isinstance(n, str) and NAME.fullmatch(n) for n in names)):
+        return names
+    return [f"input {i + 1}" for i in range(count)]
+
+
 def _found(name: str, problem: str, named: bool = False) -> str:
-    """A referee's failure as the student reads it: what is wrong, and that the grader's own check found it."""
-    return (f"{'' if named else name + ': '}{problem} (found by the grader's own check, which runs this cell's "
-            f"checks outside your notebook's process, on new random inputs)")
+    """A referee's failure as the student reads it: what is wrong, that the grader's own check found it, then
+    the details (the values that differ) on the lines after."""
+    head, _, details = problem.partition("\n")
+    return (f"{'' if named else name + ': '}{head.rstrip('.')} (found by the grader's own check, which runs this "
+            f"cell's checks outside your notebook's process, on new random inputs){chr(10) if details else ''}"
+            f"{details}")
 
 

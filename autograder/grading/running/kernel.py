@@ -9,8 +9,9 @@ student code that replaces ``torch.allclose``, the checker or the names the test
 undone after every cell and reported in it.
 
 And an exercise not done yet (its ``raise NotImplementedError()`` still there) is said in one line,
-as ``check`` says it, instead of a traceback through torch's own code (JupyterLab's Validate button
-shows these kernels' errors).
+as ``check`` and the feedback page say it, instead of a traceback through torch's own code
+(JupyterLab's Validate button shows these kernels' errors; the grader's own shell,
+``autograder.grading.running.warm``, loads this extension too).
 """
 
 import sys
@@ -21,16 +22,16 @@ def _show_on_stdout(message, category, filename, lineno, file=None, line=None):
     sys.stdout.write(warnings.formatwarning(message, category, filename, lineno, line))
 
 
-NOT_DONE = "not done yet (replace `raise NotImplementedError()` with your code)"
-
-
 def _not_done_yet(shell, etype, value, tb, tb_offset=None):
-    """A bare NotImplementedError is an exercise left as released: one line; any other keeps its traceback.
+    """An exercise left as released (``messages.not_done``) is one line, its message in the error's value
+    too (``check`` and the feedback page read it there); any other NotImplementedError keeps its traceback.
     (IPython shows nothing for a custom exception itself: the handler does.)"""
-    if str(value):
-        shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
+    from autograder.student.checker.messages import NOT_DONE, not_done  # (torch: loaded with the kernel's guard)
+
+    if not_done(value):
+        shell._showtraceback(NotImplementedError, NotImplementedError(NOT_DONE), [f"NotImplementedError: {NOT_DONE}"])
     else:
-        shell._showtraceback(etype, value, [f"NotImplementedError: {NOT_DONE}"])
+        shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
 
 
 def load_ipython_extension(ipython, guard=None):

@@ -33,7 +33,7 @@ import sys
 import types
 from dataclasses import dataclass
 
-from autograder.grading.running.judges import JUDGES, UNAVAILABLE, Judges, StudentObject, _Unavailable
+from autograder.grading.running.judges import JUDGES, UNAVAILABLE, Judges, StudentObject, _Unavailable, _unanswered
 
 HIDDEN_BEGIN = "### BEGIN " "HIDDEN TESTS"  # in two parts: no file shipped to students holds the marker itself
 HIDDEN_END = "### END " "HIDDEN TESTS"
@@ -170,8 +170,12 @@ class Referee(Judges):
                     self.plans[cell["grade_id"]] = self._plan_test(cell["source"])
         return [grade_id for grade_id, plan in self.plans.items() if plan.decided]
 
-    def judge_cell(self, grade_id: str) -> tuple[int, str | None]:
-        """Test ``grade_id``'s planned checks, asked now: (how many the referee decided, the first failure or None)."""
+    def judge_cell(self, grade_id: str, failed_there: bool = False) -> tuple[int, str | None]:
+        """Test ``grade_id``'s planned checks, asked now: (how many the referee decided, the first failure or None).
+
+        ``failed_there``: the cell already failed in the student's process, which said why. Then only what
+        names the mistake is added (a hidden assert, a diagnosis: 05's named wrong derivations, inf or NaN);
+        a comparison that fails too, or the student's code raising again, would say the same thing twice."""
         self.plan()
         plan = self.plans.get(grade_id)
         if plan is None:
@@ -181,8 +185,8 @@ class Referee(Judges):
         replies = self.ask([request for request, _ in plan.pending])
         if not (isinstance(replies, list) and len(replies) == len(plan.pending)):
             replies = [None] * len(plan.pending)
-        failures = [problem for (_, compare), reply in zip(plan.pending, replies) for problem in [compare(reply)]
-                    if problem]
+        failures = [problem for (request, compare), reply in zip(plan.pending, replies) for problem in [compare(reply)]
+                    if problem and not (failed_there and (request["kind"] != "diagnosis" or _unanswered(reply)))]
         return len(plan.pending), plan.failure or (failures[0] if failures else None)
 
     def _plan_test(self, source: str) -> "Plan":

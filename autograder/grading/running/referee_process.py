@@ -74,13 +74,14 @@ class RefereeProcess:
             return set()
         return set(message[1])
 
-    def judge(self, grade_id: str, student, child) -> tuple[int, str | None]:
-        """Have the referee run test ``grade_id``: (how many checks it decided, its failure message or None).
+    def judge(self, grade_id: str, student, child, failed_there: bool = False) -> tuple[int, str | None]:
+        """Have the referee run test ``grade_id``: (how many checks it decided, its failure message or None);
+        ``failed_there``: the cell failed in the student's process (``Referee.judge_cell``).
 
         Each check may take the cell time limit; once one has run out of time, the checks after it in
         the same cell fail at once, and every later check may take ``after_timeout`` (as cells do)."""
         deadline = lambda: time.monotonic() + self.limits.cell_timeout + 60.0  # noqa: E731 (trusted: a bug, not an attack)
-        if self.broken or not tell(self.connection, ["judge", grade_id]):
+        if self.broken or not tell(self.connection, ["judge", grade_id, bool(failed_there)]):
             self.broken = True
             return 0, "the grader's own check of this cell could not run (its process is gone)"
         self.busy = True
@@ -154,7 +155,7 @@ def referee_main(folder: str, limits: Limits, connection) -> None:
     """The referee's process: sandboxed like a notebook, it judges test cells when asked (never runs student code).
 
     ``["notebook", trusted]`` (or ``["notebook"]``: the same cells as before) starts a notebook: the
-    referee plans its checks and answers ``["ready", decided grade_ids]``; ``["judge", grade_id]``
+    referee plans its checks and answers ``["ready", decided grade_ids]``; ``["judge", grade_id, failed_there]``
     judges one of its test cells; anything else ends the process."""
     try:
         isolate(folder, limits, {}, connection.fileno())
@@ -172,7 +173,7 @@ def referee_main(folder: str, limits: Limits, connection) -> None:
                 judge = Referee(trusted["cells"], trusted["student_names"], ask)
                 send(connection, ["ready", judge.plan()])
             elif message[0] == "judge":
-                judged, failure = judge.judge_cell(message[1])
+                judged, failure = judge.judge_cell(message[1], message[2])
                 send(connection, ["verdict", judged, failure])
             else:
                 break

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import inspect
 
-from autograder.student.checker.core import _compare_outputs, _upstream
-from autograder.student.checker.messages import _difference, _run_reference, _run_student, _shape
+from autograder.student.checker.core import _compare_outputs, _input_names, _upstream
+from autograder.student.checker.messages import _run_reference, _run_student, _shape, wrong_gradient
 from autograder.student.checker.references import (
     ATOL, RTOL, _as_float64, _as_tuple, _autograd_grad, _close, _device_of, _Function, _Generator, _Inputs,
     _is_float_tensor,
@@ -124,6 +124,14 @@ def _callable(function, name: str, device):
     raise AssertionError(f"{name} is not a function or an nn.Module class.")
 
 
+def argument_names(target, count: int) -> list[str]:
+    """The names the checks give ``target``'s ``count`` arguments (the grader's referee asks for them too):
+    ``forward``'s parameters after ``ctx`` for a Function class, else the function's (a Module's ``forward``'s)."""
+    if isinstance(target, type) and issubclass(target, _Function):
+        return _input_names(target, count)
+    return _argument_names(target, count)
+
+
 def _argument_names(function, count: int) -> list[str]:
     """The parameter names of the function (of ``forward`` for a Module), ``input i`` where unknown."""
     target = function.forward if isinstance(function, type) else function
@@ -166,7 +174,5 @@ def _compare_gradients(name, names, got, expected, used, leaves, reference_leave
         want = e if e is not None else _zeros_like(leaf)
         have = g.detach() if g is not None else _zeros_like(leaf)
         if not _close(have, want, rtol, atol):
-            detail = _difference(want, have) if have.shape == want.shape else (
-                f"it has shape {_shape(have)}, expected {_shape(want)}")
-            report.add(f"the gradient for `{label}` is wrong. For a random upstream gradient, compared with "
-                       f"torch autograd on the reference: {detail}")
+            report.add(wrong_gradient(label, want, have) if have.shape == want.shape else
+                       f"the gradient for `{label}` has shape {_shape(have)}, expected {_shape(want)}.")

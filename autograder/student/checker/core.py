@@ -14,7 +14,7 @@ import inspect
 from autograder.student.checker.messages import (
     _DEVICE_RULE, _FLAG_RULE, _a_tensor_on, _count, _diagnose, _difference, _dtype, _explain_needs_input_grad_error,
     _flag_branches, _is_tensor_close, _output_label, _raw_problem, _returned_none, _run_reference, _run_student, _shape,
-    _wrong_flag,
+    _wrong_flag, wrong_gradient, wrong_output,
 )
 from autograder.student.checker.references import (
     _allclose, _as_tuple, _autograd_grad, _Case, _close, _draw, _engine_module, _equal, _Function, _Generator,
@@ -138,8 +138,7 @@ def _compare_outputs(got: tuple, expected: tuple, report, rtol, atol, who: str =
         elif not e.is_floating_point() and not _equal(g, e):
             report.add(f"{label} is wrong (integer values must match exactly).\n{_difference(e, g)}")
         elif not _close(g, e, rtol, atol):
-            report.add(f"{label} is wrong, so the gradients cannot be right either; fix {who} "
-                       f"first.\n{_difference(e, g)}")
+            report.add(wrong_output(label, who, e, g))
 
 
 def _check_modified_inputs(call, versions, outputs, inputs, report) -> None:
@@ -355,9 +354,7 @@ def _judge(function, reference, inputs, case, got, skip, report, rtol, atol) -> 
                          student=lambda upstream: _student_gradients(function, inputs, case.used, upstream),
                          torch_gradients=lambda upstream: _expected_gradients(reference, inputs, case.used,
                                                                               upstream))
-        report.add(f"the gradient for `{names[j]}` is wrong{case.when}.{hint}\n"
-                   f"For a random grad_output, compared with torch autograd on the reference: "
-                   f"{_difference(e, g)}")
+        report.add(wrong_gradient(names[j], e, g, case.when, hint))
 
 
 def _check_needs_input_grad(function, reference, inputs, case, report, rtol, atol) -> None:

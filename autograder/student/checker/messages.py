@@ -5,6 +5,12 @@ explains it (``_TORCH_ERRORS`` maps torch's own messages to the course's words, 
 student code that raised). The ``_diagnose`` functions name the likely mistake behind a wrong
 gradient or tangent (forgotten grad_output, swapped order, transposed, a constant factor, a
 flipped sign); ``_difference`` shows where and by how much a result is off.
+
+How a test cell fails is said here once, for every place that finds it (the checks in the notebook,
+the grading kernels, the grader's referee), so that the notebook, ``check`` and the feedback page say
+the same: an exercise left as released is ``NOT_DONE`` (``not_done``); what the student's code did in
+the grader's own check, ``student_error``; a wrong output or gradient, ``wrong_output`` and
+``wrong_gradient``, naming the input by its name in ``forward``.
 """
 
 from __future__ import annotations
@@ -83,6 +89,38 @@ _TORCH_ERRORS = [
 ]
 
 
+# --------------------------------------------------------------------------------------------
+# How a test cell fails, said once
+
+NOT_DONE = "not done yet (replace `raise NotImplementedError()` with your code)"
+
+
+def not_done(error: BaseException) -> bool:
+    """Whether ``error`` is an exercise left as released: its bare ``raise NotImplementedError()``, or
+    the checker's own report of one (``NotImplementedError(NOT_DONE)``)."""
+    return isinstance(error, NotImplementedError) and str(error) in ("", NOT_DONE)
+
+
+def student_error(error: str) -> str:
+    """What the student's code did, from its error as the grader's process reports it (``Type: message``)."""
+    if error.strip() in ("NotImplementedError:", f"NotImplementedError: {NOT_DONE}"):
+        return NOT_DONE
+    if error.startswith("TimeoutError: "):
+        return error.removeprefix("TimeoutError: ")
+    return f"raised {error}"
+
+
+def wrong_output(label: str, who: str, expected, got) -> str:
+    """A floating-point output of ``who`` (forward, or a function's name) that differs from the reference's."""
+    return f"{label} is wrong, so the gradients cannot be right either; fix {who} first.\n{_difference(expected, got)}"
+
+
+def wrong_gradient(name: str, expected, got, when: str = "", hint: str = "") -> str:
+    """The gradient for the input called ``name`` differs from torch autograd's on the reference."""
+    return (f"the gradient for `{name}` is wrong{when}.{hint}\nFor a random grad_output, compared with torch "
+            f"autograd on the reference: {_difference(expected, got)}")
+
+
 def _name(names: list[str], index: int) -> str:
     return names[index] if 0 <= index < len(names) else f"input {index}"
 
@@ -102,11 +140,9 @@ def _run_student(stage: str, call, inputs: _Inputs):
             "checked with check_function(..., autograd_in_backward=True).)"
         ) from None
     except NotImplementedError as err:
-        where = _student_line(err)
-        raise _StudentError(
-            f"{stage} is not implemented yet{where}: replace `raise NotImplementedError()` with your code."
-            if "You must implement" not in str(err) else _explain(err, stage, inputs.names)
-        ) from None
+        if not_done(err):  # the exercise as released: the test cell says so, as for any call of it
+            raise NotImplementedError(NOT_DONE) from None
+        raise _StudentError(_explain(err, stage, inputs.names)) from None
     except Exception as err:  # noqa: BLE001 - any student error becomes an explanation
         made = _device_mistake(str(err), inputs.device)
         if made:

@@ -98,7 +98,15 @@ def test_what_is_not_a_function_or_module_class_is_refused(given, says):
 
 
 def test_an_error_in_the_students_code_is_explained_not_raised():
+    def broken(x):
+        return x[10]
+
+    assert "the call raised IndexError" in _failure(broken, cube, torch.randn(3))
+
+
+def test_a_function_left_as_released_is_not_done_yet():
     def unfinished(x):
         raise NotImplementedError()
 
-    assert "not implemented yet" in _failure(unfinished, cube, torch.randn(3))
+    with pytest.raises(NotImplementedError, match=r"^not done yet \(replace `raise NotImplementedError\(\)`"):
+        check_callable(unfinished, cube, torch.randn(3))

@@ -110,8 +110,6 @@ def test_recognises_wrong_gradients(function, reference, make_args, words):
                      ["save_for_backward", "float"], id="save-for-backward-non-tensor"),
         pytest.param(CubeForwardNotStatic, cube, randn(5), ["forward", "@staticmethod"], id="forward-not-static"),
         pytest.param(CubeBackwardNotStatic, cube, randn(5), ["backward", "@staticmethod"], id="backward-not-static"),
-        pytest.param(CubeTemplate, cube, randn(5), ["forward is not implemented yet"], id="template-untouched"),
-        pytest.param(CubeBackwardTodo, cube, randn(5), ["backward is not implemented yet"], id="backward-todo"),
         pytest.param(CubeIndexError, cube, randn(5), ["backward raised IndexError", "x[10]"],
                      id="exception-in-backward-shows-student-line"),
         pytest.param(PolarUnmaterialized, polar, lambda: (torch.randn(4), torch.randn(4)),
@@ -122,6 +120,21 @@ def test_recognises_structural_mistakes(function, reference, make_args, words):
     message = failure(function, reference, *make_args())
     for word in words:
         assert word in message
+
+
+@pytest.mark.parametrize("function", [CubeTemplate, CubeBackwardTodo], ids=["template-untouched", "backward-todo"])
+@pytest.mark.parametrize("check", [check_function, check_forward])
+def test_an_exercise_left_as_released_is_one_message_not_a_report(function, check):
+    """Its ``raise NotImplementedError()`` leaves the check as NOT_DONE, the one message the grading kernels,
+    ``check`` and the feedback page show for it (a forward-only check never runs backward: it passes)."""
+    from autograder.student.checker.messages import NOT_DONE
+
+    if check is check_forward and function is CubeBackwardTodo:
+        assert check(function, cube, torch.randn(5)) is None
+        return
+    with pytest.raises(NotImplementedError) as raised:
+        check(function, cube, torch.randn(5))
+    assert str(raised.value) == NOT_DONE
 
 
 def _instance():
