@@ -29,8 +29,8 @@ from torch.utils.benchmark import Timer
 from autograder.authoring.timed_functions import FUSED, FUSED_EAGER, VARIANTS
 from autograder.student.timing import (COLUMNS, DATA_DIR, COPY, BYTES_MODEL, FORMAT, ILLUSTRATIVE_FILE,
                                        LARGEST_EXPONENT, async_demo, available_devices, cpu_name, device_name,
-                                       illustrative_dataset, saved_bytes, sweep, sync_debug_report, timed_call,
-                                       variant, workload_tensors, write_figures)
+                                       illustrative_dataset, nominal_peak_bandwidth_gbps, saved_bytes, sweep,
+                                       sync_debug_report, timed_call, variant, workload_tensors, write_figures)
 
 RECORD_DIR = DATA_DIR  # package data: autograder/student/data/
 
@@ -72,15 +72,6 @@ def timer_median(fn: Callable[[], object], min_run_time: float = 1.0,
     accelerators itself). It uses as many threads as torch does here: Timer's default is one."""
     timer = Timer(stmt="fn()", globals={"fn": fn}, num_threads=torch.get_num_threads(), timer=clock)
     return timer.blocked_autorange(min_run_time=min_run_time).median
-
-
-def nominal_peak_bandwidth_gbps(device) -> float | None:
-    """A CUDA GPU's memory bandwidth on paper (bus width x memory clock x 2), None elsewhere."""
-    if torch.device(device).type != "cuda":
-        return None
-    props = torch.cuda.get_device_properties(device)
-    width, clock_khz = getattr(props, "memory_bus_width", 0), getattr(props, "memory_clock_rate", 0)
-    return 2 * width / 8 * clock_khz * 1000 / 1e9 if width and clock_khz else None
 
 
 def cold_start(device, elements: int, repeats: int = 10) -> dict:
