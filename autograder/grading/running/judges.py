@@ -14,7 +14,8 @@ import types
 from autograder.grading.running.wire import Unsupported, decode, encode
 
 JUDGES = ("check_function", "check_forward", "check_callable", "check_saved", "check_values", "check_with",
-          "explain_known_mistakes", "explain_non_finite", "check_backward_size", "check_keeps_dtype")
+          "explain_known_mistakes", "explain_non_finite", "check_backward_size", "check_keeps_dtype",
+          "check_kernel")
 TRANSFORMS = ("vmap", "forward_ad", "double_backward", "compile", "mutates")  # judged from both sides' results
 ALLOWED = {"autograd_in_backward"}  # a permission the in-process check enforces; nothing for the referee to judge
 
@@ -136,7 +137,15 @@ class Judges:
             raise Unsupported("check_with needs a harness the notebook's visible cells define by name")
         self._judge_data(harness, function, reference, args, rtol, atol)
 
-    def _judge_data(self, harness, function, reference, args, rtol, atol) -> None:
+    def check_kernel(self, function, reference, *args, rtol: float = 1e-5, atol: float = 1e-5) -> None:
+        """What the test's ``check_kernel`` call decides (assignment 10): a kernel launcher's results, asked as
+        ``check_values`` asks them, and a wrong one explained in a kernel's terms (a forgotten tail, ...)."""
+        from autograder.student.checker.kernels import kernel_problem
+
+        self._judge_data(None, function, reference, args, rtol, atol,
+                         explain=lambda got, want: kernel_problem(function.name, got, want, rtol, atol))
+
+    def _judge_data(self, harness, function, reference, args, rtol, atol, explain=None) -> None:
         from autograder.student.checker.harness import _copies, as_data, same_data, short, with_message
 
         if not isinstance(function, StudentObject):
@@ -155,6 +164,8 @@ class Judges:
                 return _found(function.name, f"could not be checked: a malformed answer ({error})")
             if same_data(got, want, rtol, atol):
                 return None
+            if explain is not None:  # check_kernel: what the wrong results say about the kernel
+                return _found(function.name, explain(got, want) or f"{function.name} gives {short(got)}", named=True)
             if harness is not None:
                 return _found(function.name, with_message(harness.__name__, function.name, got, want), named=True)
             return _found(function.name, f"{function.name}{tuple(short(a) for a in args)} gives {short(got)}, "
