@@ -8,11 +8,13 @@ output, which on a CPU corrupts the heap and later kills the process (``free(): 
 
 ``guard_memory()`` makes the interpreter check every load, store and atomic of a kernel against the
 tensors that kernel was given, before the access: one outside all of them stops the kernel with an
-``OutOfBounds`` error naming the kernel, the tensor and how far past its end (or before its start)
-the access was, and nothing is read or written. It wraps the four memory calls of Triton's
-interpreter (``load``, ``store``, ``atomic_rmw``, ``atomic_cas`` of ``triton.runtime.interpreter``,
-the same in triton 3.6 and 3.7) and its copy of a launch's arguments (``GridExecutor._init_args_hst``);
-compiled kernels on a GPU are untouched.
+``OutOfBounds`` error naming the kernel, the tensor and the element, and nothing is read or
+written. And the masked lanes of a floating-point ``tl.load`` without ``other=`` hold NaN, not the
+interpreter's 0: Triton promises nothing there, and a kernel that adds them up shows it. It wraps
+the four memory calls of Triton's interpreter (``load``, ``store``, ``atomic_rmw``, ``atomic_cas`` of
+``triton.runtime.interpreter``), its copy of a launch's arguments (``GridExecutor._init_args_hst``) and
+its masked load (``InterpreterBuilder.create_masked_load``), the same in triton 3.6 and 3.7; compiled
+kernels on a GPU are untouched.
 """
 
 from __future__ import annotations
@@ -47,6 +49,8 @@ def guard_memory() -> bool:
         from triton.runtime import interpreter
     except ImportError:
         return False
+    import numpy as np
+
     memory = getattr(interpreter, "_interpreter", None)
     if isinstance(memory, _CheckedMemory):
         return True
@@ -71,6 +75,18 @@ def guard_memory() -> bool:
             _launch.current = None
 
     interpreter.GridExecutor._init_args_hst, interpreter.GridExecutor.__call__ = init_args_hst, call
+    builder = getattr(interpreter, "InterpreterBuilder", None)
+    if hasattr(builder, "create_masked_load") and hasattr(interpreter, "_get_np_dtype"):
+        original_load = builder.create_masked_load
+
+        def create_masked_load(self, pointers, mask, other, *args, **kwargs):
+            dtype = interpreter._get_np_dtype(pointers.get_element_ty())
+            if other is None and np.issubdtype(dtype, np.floating):  # a GPU promises nothing there: NaN shows it
+                other = interpreter.TensorHandle(np.full(np.shape(pointers.data), np.nan, dtype=dtype),
+                                                 pointers.get_element_ty())
+            return original_load(self, pointers, mask, other, *args, **kwargs)
+
+        builder.create_masked_load = create_masked_load
     return True
 
 
@@ -87,7 +103,8 @@ def _ranges(name: str, arg) -> list[tuple[str, int, int, int, int]]:
 
 
 def _check(verb: str, pointers, mask, size: int) -> None:
-    """Raise OutOfBounds if an active lane of ``pointers`` reaches outside every tensor of the launch."""
+    """Raise OutOfBounds unless every active lane of ``pointers`` lies in one tensor of the launch: a block of
+    pointers comes from one base pointer, so lanes that reach into a neighbouring tensor are out of bounds too."""
     current = getattr(_launch, "current", None)
     if current is None:
         return
@@ -97,13 +114,16 @@ def _check(verb: str, pointers, mask, size: int) -> None:
     addresses = np.asarray(pointers, dtype=np.uint64).reshape(-1)
     if mask is not None:
         addresses = addresses[np.broadcast_to(np.asarray(mask, dtype=bool), np.shape(pointers)).reshape(-1)]
-    inside = np.zeros(addresses.shape, dtype=bool)
-    for _, start, end, _, _ in ranges:
-        inside |= (addresses >= start) & (addresses + size <= end)
-    if inside.all():
+    if not addresses.size:
         return
-    outside = addresses[~inside]
-    raise OutOfBounds(_where(kernel, verb, int(outside[0]), len(outside), ranges))
+    inside = [(addresses >= start) & (addresses + size <= end) for _, start, end, _, _ in ranges]
+    counts = [int(lanes.sum()) for lanes in inside]
+    best = max(range(len(ranges)), key=counts.__getitem__) if ranges else None
+    if best is not None and counts[best] == addresses.size:
+        return
+    outside = addresses if best is None or counts[best] == 0 else addresses[~inside[best]]
+    raise OutOfBounds(_where(kernel, verb, int(outside[0]), len(outside),
+                             ranges if best is None or counts[best] == 0 else [ranges[best]]))
 
 
 def _where(kernel: str, verb: str, address: int, count: int, ranges) -> str:

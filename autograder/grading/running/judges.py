@@ -142,8 +142,8 @@ class Judges:
         ``check_values`` asks them, and a wrong one explained in a kernel's terms (a forgotten tail, ...)."""
         from autograder.student.checker.kernels import kernel_problem
 
-        self._judge_data(None, function, reference, args, rtol, atol,
-                         explain=lambda got, want: kernel_problem(function.name, got, want, rtol, atol))
+        self._judge_data(None, function, reference, args, rtol, atol, explain=lambda got, want, error=None:
+                         kernel_problem(function.name, got, want, rtol, atol, error))
 
     def _judge_data(self, harness, function, reference, args, rtol, atol, explain=None) -> None:
         from autograder.student.checker.harness import _copies, as_data, same_data, short, with_message
@@ -156,6 +156,8 @@ class Judges:
                    "grad": [False] * len(args), "inplace": False, "upstream": None}
 
         def compare(reply) -> str | None:
+            if explain is not None and isinstance(reply, dict) and reply.get("error") is not None:
+                return _found(function.name, explain(None, want, str(reply["error"])), named=True)
             if _unanswered(reply):
                 return _found(function.name, _unanswered(reply))
             try:

@@ -32,10 +32,16 @@ def check_kernel(function, reference, *args, rtol: float = 1e-5, atol: float = 1
     where the pattern shows it, which mistake: a forgotten tail, elements never written, a sum
     over the wrong axis, one block's partial sum where all of them should be added.
     """
-    with fresh_memory_is_nan():
-        got = as_data(function(*_copies(args)))
+    name = getattr(function, "__name__", "your function")
+    try:
+        with fresh_memory_is_nan():
+            got = as_data(function(*_copies(args)))
+    except Exception as error:  # a Triton error the course can explain becomes its explanation
+        if _error_hint(str(error)) is None:
+            raise
+        raise AssertionError(kernel_problem(name, None, None, error=f"{type(error).__name__}: {error}")) from error
     want = as_data(reference(*_copies(args)))
-    problem = kernel_problem(getattr(function, "__name__", "your function"), got, want, rtol, atol)
+    problem = kernel_problem(name, got, want, rtol, atol)
     if problem:
         raise AssertionError(problem)
 
@@ -54,8 +60,12 @@ def fresh_memory_is_nan():
         torch.utils.deterministic.fill_uninitialized_memory = fill
 
 
-def kernel_problem(name: str, got, want, rtol: float = 1e-5, atol: float = 1e-5) -> str | None:
-    """What is wrong with the results ``got`` of ``name`` against ``want``, in a kernel's terms; None if they agree."""
+def kernel_problem(name: str, got, want, rtol: float = 1e-5, atol: float = 1e-5, error: str | None = None) -> str | None:
+    """What is wrong with the results ``got`` of ``name`` against ``want``, in a kernel's terms; None if they
+    agree. With ``error`` (what ``name`` raised instead), that error, explained where the course can."""
+    if error is not None:
+        hint = _error_hint(error)
+        return f"{name} failed ({error[:300]})" + (f": {hint}" if hint else "")
     if same_data(got, want, rtol, atol):
         return None
     many = isinstance(want, (list, tuple))
@@ -81,9 +91,17 @@ def kernel_problem(name: str, got, want, rtol: float = 1e-5, atol: float = 1e-5)
     return None
 
 
+def _error_hint(error: str) -> str | None:
+    """What a Triton error most likely means in these kernels, or None."""
+    if "make_shape_compatible" in error or "incompatible dimensions" in error:
+        return ("two blocks of different shapes meet (a store, or arithmetic). A sum over the wrong axis does that: "
+                "tl.sum(tile, axis=1) gives one value per row of the tile, where the columns need one each (axis=0)")
+    return None
+
+
 def _shape_problem(what: str, got, want, wants) -> str:
     said = f"{what} has shape {list(got.shape)}, expected {list(want.shape)}"
-    if got.dim() == want.dim() == 1 and any(isinstance(t, _Tensor) and t.dim() == 2 and t.shape[1] == want.numel()
+    if got.dim() == want.dim() == 1 and any(isinstance(t, _Tensor) and t.dim() >= 2 and t.shape[-1] == want.numel()
                                             for t in wants):
         return (f"{said}: summed over the wrong axis? The bias is added to every row, so its gradient is the sum "
                 f"of grad_h over the rows (axis 0): one value per column")
@@ -104,6 +122,10 @@ def _value_problem(what: str, got, want, wrong, wants, k: int, rtol: float, atol
         if explained:
             return explained
     first = tuple(int(i) for i in wrong.nonzero()[0])
+    if bool(unwritten.all()) and got.numel():
+        return (f"{what} is NaN everywhere: no program wrote it (new tensors hold NaN here). Is the grid empty "
+                f"(n // BLOCK is 0 when n < BLOCK: round up with triton.cdiv)? Or, for a sum of tl.atomic_add, did "
+                f"it start from torch.empty? Atomics add to what is there: start from torch.zeros")
     if unwritten.any():
         return (f"{what} holds NaN at {int(unwritten.sum()):,} of {got.numel():,} elements (the first at index "
                 f"{list(first)}): elements no program wrote (new tensors hold NaN here), or a NaN read through a "
@@ -148,6 +170,10 @@ def _trailing_run(flags) -> int:
 def _bias_gradient_problem(what: str, got, grad_h, rtol: float, atol: float) -> str | None:
     """Which known wrong reduction a bias gradient ``got`` is, given grad_h (rows, columns); None if none."""
     rows, columns = grad_h.shape
+    if bool(torch.isnan(got).all()):
+        return (f"{what} is NaN everywhere: nothing was added into it, or it was added into a tensor that was not "
+                f"zero. tl.atomic_add adds to what is there, and new tensors (torch.empty) hold NaN here: start "
+                f"from torch.zeros")
 
     def close(candidate) -> bool:
         return bool(torch.allclose(got, candidate, rtol=rtol, atol=atol * max(1, rows) ** 0.5))
