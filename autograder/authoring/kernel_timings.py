@@ -35,7 +35,8 @@ import time
 from pathlib import Path
 
 NOTEBOOK = Path(__file__).resolve().parents[2] / "solutions" / "10_triton_kernels" / "10_triton_kernels.ipynb"
-CELLS = ("setup", "tiles", "bias_gelu_forward", "bias_gelu_backward", "bias_gelu_function")  # the cells' ids, in order
+CELLS = ("setup", "tiles", "bias_gelu_forward", "cell-backward-reference", "bias_gelu_backward",
+         "bias_gelu_function")  # the cells' ids, in order
 SIZES = tuple(2 ** k for k in (20, 22, 24, 26, 27))
 AIM = 0.85  # of copy_'s bandwidth, forward+backward of 2^27 elements (the notebook's Section 7)
 # Other tiles tried at 2^27, beside the notebook's own (FORWARD_TILE, BACKWARD_TILE of its "tiles" cell).
@@ -49,7 +50,7 @@ SKIPPED = "no CUDA: skipped"
 
 
 def solution_namespace(notebook: Path = NOTEBOOK) -> dict:
-    """The solution notebook's setup, tiles, kernels, launchers and ``BiasGELU``, run as plain Python.
+    """The solution notebook's setup, tiles, references, kernels, launchers and ``BiasGELU``, run as plain Python.
 
     Each cell's source goes into ``linecache`` under a name of its own, as IPython does: Triton reads a
     kernel's source when it defines one. The setup cell decides, as in the notebook, where the kernels

@@ -92,7 +92,9 @@ def kernel_problem(name: str, got, want, rtol: float = 1e-5, atol: float = 1e-5,
 
 
 def _error_hint(error: str) -> str | None:
-    """What a Triton error most likely means in these kernels, or None."""
+    """What a Triton error most likely means in these kernels ("" when it says so itself), or None."""
+    if "OutOfBounds" in error:
+        return ""  # the memory guard's message names the kernel, the tensor and the element
     if "make_shape_compatible" in error or "incompatible dimensions" in error:
         return ("two blocks of different shapes meet (a store, or arithmetic). A sum over the wrong axis does that: "
                 "tl.sum(tile, axis=1) gives one value per row of the tile, where the columns need one each (axis=0)")
@@ -171,9 +173,10 @@ def _bias_gradient_problem(what: str, got, grad_h, rtol: float, atol: float) -> 
     """Which known wrong reduction a bias gradient ``got`` is, given grad_h (rows, columns); None if none."""
     rows, columns = grad_h.shape
     if bool(torch.isnan(got).all()):
-        return (f"{what} is NaN everywhere: nothing was added into it, or it was added into a tensor that was not "
-                f"zero. tl.atomic_add adds to what is there, and new tensors (torch.empty) hold NaN here: start "
-                f"from torch.zeros")
+        return (f"{what} is NaN everywhere. Either the sums took in masked lanes (a masked tl.load without other= "
+                f"holds NaN here, and nothing on a GPU: tl.where(mask, value, 0.0) before tl.sum), or tl.atomic_add "
+                f"added into a tensor that was not zero (new tensors, torch.empty, hold NaN here: start from "
+                f"torch.zeros)")
 
     def close(candidate) -> bool:
         return bool(torch.allclose(got, candidate, rtol=rtol, atol=atol * max(1, rows) ** 0.5))
