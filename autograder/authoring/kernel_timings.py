@@ -148,6 +148,7 @@ def measure(device: str = "cuda", sizes=SIZES, tiles=TILES, check_elements: int 
         "copy_bandwidth_gbps": copy["bytes"] / copy["latency_seconds"] / 1e9,
         "nominal_peak_bandwidth_gbps": nominal_peak_bandwidth_gbps(device),
         "aim_fraction_of_copy": AIM,
+        "kernels_variant": SOLUTION,
         "largest_elements": max(sizes),
         "tiles_at_largest": compared,
         "rows": sweep,

@@ -238,6 +238,17 @@ def reference_timings(folder=None) -> dict:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
+def plot_kernel_share(ax, record: dict, aim: float = 0.85) -> None:
+    """The share of copy_'s bandwidth that a record's Triton kernels reach, by size (latency where it has both)."""
+    rows = [r for r in record["rows"] if r["variant"] == record["kernels_variant"]]
+    ax.semilogx([r["elements"] for r in rows], [r.get("fraction_of_copy", r.get("fraction_of_copy_latency")) for r in rows],
+                marker="o", label=record["kernels_variant"])
+    ax.axhline(aim, color="gray", ls=":", label=f"the solution's aim: {aim:.0%} of copy_")
+    ax.set(xlabel="elements (float32)", ylabel="share of copy_'s bandwidth", ylim=(0, 1.05),
+           title=f"forward+backward on {record['device_name']} (recorded)")
+    ax.legend(fontsize=8)
+
+
 def timing_lines(record: dict) -> list[str]:
     """A record's provenance and its forward+backward rows, as lines to print."""
     lines = [f"{record['what']}", f"measured on {record['device_name']} with torch {record['torch_version']}, "

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from autograder.authoring import kernel_timings
-from autograder.student.kernels import reference_timings, timing_lines
+from autograder.student.kernels import plot_kernel_share, reference_timings, timing_lines
 from conftest import REPO
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -58,6 +58,15 @@ def test_the_measuring_code_runs_end_to_end_on_the_cpu_in_a_fresh_python(tmp_pat
                                                              "tl.atomic_add": 1}
     assert max(v for k, v in record["max_abs_difference_from_torch"].items() if k != "elements") < 1e-5
     assert timing_lines(record)[0] == record["what"]  # the notebook can show such a record
+    _plotted(record, [r["fraction_of_copy_latency"] for r in record["rows"] if r["variant"] == kernel_timings.SOLUTION])
+
+
+def _plotted(record: dict, shares: list) -> None:
+    from matplotlib.figure import Figure
+
+    ax = Figure().subplots()
+    plot_kernel_share(ax, record)
+    assert list(ax.lines[0].get_ydata()) == shares and ax.lines[0].get_label() == record["kernels_variant"]
 
 
 def test_the_notebook_shows_a_recorded_measurement_labelled_with_what_and_which_code(tmp_path):
@@ -67,6 +76,8 @@ def test_the_notebook_shows_a_recorded_measurement_labelled_with_what_and_which_
         assert [r["elements"] for r in shown["rows"]][:5] == [2 ** k for k in (20, 22, 24, 26, 27)]
     else:
         assert shown["source"] == "python -m autograder.authoring.kernel_timings"
+    _plotted(shown, [r.get("fraction_of_copy", r.get("fraction_of_copy_latency")) for r in shown["rows"]
+                     if r["variant"] == shown["kernels_variant"]])
     lines = timing_lines(shown)
     assert lines[0] == shown["what"] and shown["device_name"] in lines[1] and len(lines) == 2 + len(shown["rows"])
     (tmp_path / "kernels_cuda.json").write_text(json.dumps(dict(shown, what="a record of the solution")))
