@@ -90,6 +90,43 @@ def test_the_cells_it_runs_are_the_solution_notebooks():
     assert sorted(ids.index(c) for c in kernel_timings.CELLS) == [ids.index(c) for c in kernel_timings.CELLS]
 
 
+COMPILE_FOR_SM_90 = r"""
+import json, re, sys, torch, triton
+torch.cuda.is_available = lambda: True  # no GPU here: the setup cell must still define compiled kernels
+from triton.backends.compiler import GPUTarget
+from autograder.authoring.kernel_timings import solution_namespace
+namespace = solution_namespace()
+aligned = [["tt.divisibility", 16]]  # what a launch gives pointers and n_columns = 1024 (divisible by 16)
+found = {}
+for name, arguments, tile in [
+        ("bias_gelu_forward_kernel", ["x_ptr", "bias_ptr", "y_ptr", "n_rows", "n_columns"], "FORWARD_TILE"),
+        ("bias_gelu_backward_kernel", ["x_ptr", "bias_ptr", "grad_output_ptr", "grad_x_ptr", "grad_bias_ptr", "n_rows",
+                                       "n_columns"], "BACKWARD_TILE")]:
+    for atomic in ((None,) if "forward" in name else (False, True)):
+        constants = {k: v for k, v in namespace[tile].items() if k != "num_warps"} | ({} if atomic is None else {"ATOMIC": atomic})
+        signature = {a: "i32" if a.startswith("n_") else "*fp32" for a in arguments} | {k: "constexpr" for k in constants}
+        source = triton.compiler.ASTSource(fn=namespace[name], signature=signature, constexprs=constants,
+                                           attrs={(i,): aligned for i, a in enumerate(arguments) if a != "n_rows"})
+        ptx = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": namespace[tile]["num_warps"]}).asm["ptx"]
+        found[f"{name} ATOMIC={atomic}"] = sorted(set(re.findall(r"(?:ld|st)\.global\.[\w.]+", ptx)))
+print(json.dumps(found))
+"""
+
+
+def test_the_solution_kernels_compile_for_an_sm_90_gpu_with_16_byte_loads_and_stores(tmp_path):
+    # Without a GPU, Triton still compiles for one (H100 and H200 are sm_90) down to PTX: the kernels the GPU check
+    # will launch compile, and read and write memory in 16-byte pieces (v4 of 32 bits), as Section 7 says.
+    environment = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | {"TRITON_CACHE_DIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", COMPILE_FOR_SM_90], cwd=REPO, env=environment, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-4000:]
+    found = json.loads(done.stdout.splitlines()[-1])
+    assert sorted(found) == ["bias_gelu_backward_kernel ATOMIC=False", "bias_gelu_backward_kernel ATOMIC=True",
+                             "bias_gelu_forward_kernel ATOMIC=None"]
+    for kernel, accesses in found.items():
+        assert "ld.global.v4.b32" in accesses and "st.global.v4.b32" in accesses, (kernel, accesses)
+
+
 @pytest.mark.gpu
 @needs_cuda
 def test_record_on_a_gpu(tmp_path):
