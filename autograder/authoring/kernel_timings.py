@@ -31,6 +31,7 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -83,8 +84,10 @@ def record(out_dir) -> dict:
         (out_dir / "kernels_cuda.txt").write_text(SKIPPED + "\n", encoding="utf-8")
         return {"status": "skipped", "reason": SKIPPED}
     environment = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
-    done = subprocess.run([sys.executable, "-m", "autograder.authoring.kernel_timings", str(out_dir.resolve())],
-                          cwd=NOTEBOOK.parents[2], env=environment, capture_output=True, text=True, timeout=600)
+    with tempfile.TemporaryDirectory(prefix="kernel-timings-triton-") as cache:  # Triton's compiled kernels: not in a home
+        environment.setdefault("TRITON_CACHE_DIR", cache)
+        done = subprocess.run([sys.executable, "-m", "autograder.authoring.kernel_timings", str(out_dir.resolve())],
+                              cwd=NOTEBOOK.parents[2], env=environment, capture_output=True, text=True, timeout=600)
     if done.returncode != 0:
         raise RuntimeError(f"kernel timings failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
     return json.loads((out_dir / "kernels_cuda.json").read_text(encoding="utf-8"))
