@@ -62,7 +62,7 @@ def guard_memory() -> bool:
 
     def init_args_hst(self, args_dev, kwargs):
         args_hst, kwargs_hst = original_init(self, args_dev, kwargs)
-        names = list(self.arg_names) + list(kwargs_hst)
+        names = list(self.arg_names)[:len(args_hst)] + list(kwargs_hst)  # positional, then keywords by name
         ranges = [r for name, arg in zip(names, list(args_hst) + list(kwargs_hst.values()))
                   for r in _ranges(name, arg)]
         _launch.current = (getattr(self.fn, "__name__", "the kernel"), ranges)
