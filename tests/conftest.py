@@ -21,6 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
 
+# Triton kernels in the tests run in Triton's interpreter, as in grading, GPU or not. Whether Triton
+# interprets is fixed when a process first imports it (torch may), so this comes before any import
+# that could. (kernel_timings measures a GPU in a fresh Python without it.)
+os.environ["TRITON_INTERPRET"] = "1"
+
 import pytest
 
 from browsing import CHROMIUM_ARGS, find_chromium

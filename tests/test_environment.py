@@ -15,7 +15,7 @@ from packaging.utils import canonicalize_name
 
 from conftest import REPO
 
-PIN = re.compile(r"^([A-Za-z0-9_.\-]+)==([^\s;]+)$")
+PIN = re.compile(r"^([A-Za-z0-9_.\-]+)==([^\s;]+)(?:\s*;\s*(.+))?$")  # name==version, then an optional marker
 EDITABLE_INSTALL = "-e .[jupyter,grading,book,test]"
 
 
@@ -27,13 +27,16 @@ def _pyproject() -> dict:
     return tomllib.loads((REPO / "pyproject.toml").read_text())
 
 
-def _pins(requirements: list[str]) -> dict[str, str]:
+def _pins(requirements: list[str], markers: dict | None = None) -> dict[str, str]:
+    """{name: version} of ``name==version`` lines; each line's platform marker, if any, into ``markers``."""
     pins = {}
     for requirement in requirements:
         match = PIN.match(requirement.strip())
         assert match, f"not an exact pin: {requirement!r} (every tested version is pinned with ==)"
         assert _name(match[1]) not in pins, f"pinned twice: {match[1]}"
         pins[_name(match[1])] = match[2]
+        if markers is not None and match[3]:
+            markers[_name(match[1])] = str(Requirement(requirement.strip()).marker)
     return pins
 
 
@@ -78,6 +81,16 @@ def test_environment_yml_pins_equal_the_constraints():
     assert _pins(pip_section) == _constraints()
 
 
+def test_a_dependency_for_some_platforms_only_has_the_same_marker_in_environment_yml():
+    # triton ships for Linux only: conda's pip must not try to install it elsewhere (constraints.txt
+    # needs no marker: a constraint only applies to what is installed).
+    markers: dict = {}
+    _pins([r for r in _environment_pip_section() if r.strip() != EDITABLE_INSTALL], markers)
+    wanted = {name: str(r.marker) for name, r in _pyproject_requirements().items()
+              if r.marker is not None and "platform_machine" in str(r.marker)}
+    assert "triton" in wanted and markers == wanted
+
+
 def test_environment_yml_installs_this_package():
     assert EDITABLE_INSTALL in [r.strip() for r in _environment_pip_section()], \
         "environment.yml must install autograder with its extras"
@@ -97,7 +110,10 @@ def test_python_versions_agree():
 
 def test_installed_versions_are_the_pinned_ones():
     wrong = {}
+    requirements = _pyproject_requirements()
     for name, version in _constraints().items():
+        if requirements[name].marker is not None and not requirements[name].marker.evaluate({"extra": ""}):
+            continue  # not for this platform (triton off Linux): nothing installed to compare
         installed = metadata.version(name)
         if installed.split("+")[0] != version:  # torch reports 2.13.0+cpu for the CPU wheel
             wrong[name] = f"pinned {version}, installed {installed}"

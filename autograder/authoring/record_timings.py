@@ -33,9 +33,9 @@ from torch.utils.benchmark import Timer
 from autograder.authoring.timed_functions import FUSED, FUSED_EAGER, VARIANTS
 from autograder.student.timing import (COLUMNS, DATA_DIR, COPY, BYTES_MODEL, FORMAT, ILLUSTRATIVE_FILE,
                                        LARGEST_EXPONENT, async_demo, available_devices, cpu_name, cpu_threads,
-                                       device_name, illustrative_dataset, latency_and_throughput, saved_bytes,
-                                       sweep, sync_debug_report, throughput_seconds, timed_call, variant,
-                                       workload_tensors, write_figures)
+                                       device_name, illustrative_dataset, latency_and_throughput,
+                                       nominal_peak_bandwidth_gbps, saved_bytes, sweep, sync_debug_report,
+                                       throughput_seconds, timed_call, variant, workload_tensors, write_figures)
 
 RECORD_DIR = DATA_DIR  # package data: autograder/student/data/
 
@@ -123,15 +123,6 @@ def timer_agreement(call: Callable[[], object], device, warmup: int = 5, repeats
             "throughput": _pair(median["throughput_seconds"], median["blocked_autorange"], "throughput_seconds",
                                 "blocked_autorange_seconds"),
             "rounds": table}
-
-
-def nominal_peak_bandwidth_gbps(device) -> float | None:
-    """A CUDA GPU's memory bandwidth on paper (bus width x memory clock x 2), None elsewhere."""
-    if torch.device(device).type != "cuda":
-        return None
-    props = torch.cuda.get_device_properties(device)
-    width, clock_khz = getattr(props, "memory_bus_width", 0), getattr(props, "memory_clock_rate", 0)
-    return 2 * width / 8 * clock_khz * 1000 / 1e9 if width and clock_khz else None
 
 
 def cold_start(device, elements: int, repeats: int = 10) -> dict:

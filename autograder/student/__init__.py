@@ -3,18 +3,20 @@
 - ``checker``: ``check_function`` compares a custom ``torch.autograd.Function`` with torch's own
   gradients and explains a mistake in course terms (every assignment's tests call it);
   ``check_forward`` checks forward alone, ``check_callable`` a function or an ``nn.Module`` class,
-  ``check_saved`` what a Function keeps for backward;
+  ``check_saved`` what a Function keeps for backward, ``check_kernel`` a function that launches Triton
+  kernels (assignment 10);
 - ``graph``: ``draw_graph`` pictures the backward graph autograd records;
-- ``timing``: assignment 07's timing helpers, workloads and plots; ``records``: the recordings it reads.
+- ``timing``: assignment 07's timing helpers, workloads and plots; ``records``: the recordings it reads;
+- ``kernels``: Triton's interpreter on a CPU, with every memory access of a kernel checked (assignment 10).
 
 Nothing here imports from ``autograder.authoring`` or ``autograder.grading``: a student's
 notebook needs neither the course's sources nor the grader.
 """
 
 from autograder.student.checker import (
-    check_callable, check_device, check_forward, check_function, check_saved, check_values, check_with,
+    check_callable, check_device, check_forward, check_function, check_kernel, check_saved, check_values, check_with,
 )
 from autograder.student.graph import draw_graph
 
-__all__ = ["check_callable", "check_device", "check_forward", "check_function", "check_saved", "check_values",
-           "check_with", "draw_graph"]
+__all__ = ["check_callable", "check_device", "check_forward", "check_function", "check_kernel", "check_saved",
+           "check_values", "check_with", "draw_graph"]

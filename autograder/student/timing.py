@@ -95,6 +95,15 @@ def live_label(what) -> str:
     return f"LIVE {what}: {name}{load}"
 
 
+def nominal_peak_bandwidth_gbps(device) -> float | None:
+    """A CUDA GPU's memory bandwidth on paper (bus width x memory clock x 2), None elsewhere."""
+    if torch.device(device).type != "cuda":
+        return None
+    props = torch.cuda.get_device_properties(device)
+    width, clock_khz = getattr(props, "memory_bus_width", 0), getattr(props, "memory_clock_rate", 0)
+    return 2 * width / 8 * clock_khz * 1000 / 1e9 if width and clock_khz else None
+
+
 # --------------------------------------------------------------------------------------------
 # The workloads that are timed
 

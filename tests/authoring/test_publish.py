@@ -209,6 +209,17 @@ def test_check_in_the_distribution_runs_the_visible_tests(dist, tmp_path):
     assert (again.returncode, again.stdout) == (blank.returncode, blank.stdout), again.stdout + again.stderr
 
 
+@pytest.mark.slow
+def test_check_of_the_triton_kernels_runs_in_the_distribution(dist, tmp_path):
+    """10's kernels run in the distribution's grader too: Triton's interpreter, the memory guard, check_kernel."""
+    assignment = "10_triton_kernels"
+    mine = tmp_path / f"{assignment}.ipynb"
+    mine.write_text(json.dumps(filled_release(REPO, assignment, solution_answers(REPO, assignment))))
+    right = _in_dist(dist, "-m", "autograder", "check", str(mine))
+    assert right.returncode == 0 and "score: 18 / 18" in right.stdout and "6 passed, 0 failed" in right.stdout, (
+        right.stdout + right.stderr)
+
+
 def test_publishing_without_a_students_repository_stops_and_says_what_to_set(tmp_path, monkeypatch):
     monkeypatch.delenv(REPOSITORY_VARIABLE, raising=False)
     result = subprocess.run([sys.executable, "-m", "autograder", "publish", "--out", str(tmp_path / "edition")],

@@ -15,7 +15,8 @@ import types
 from autograder.grading.running.wire import Unsupported, decode, encode
 
 JUDGES = ("check_function", "check_forward", "check_callable", "check_saved", "check_values", "check_with",
-          "explain_known_mistakes", "explain_non_finite", "check_backward_size", "check_keeps_dtype", "check_device")
+          "explain_known_mistakes", "explain_non_finite", "check_backward_size", "check_keeps_dtype", "check_device",
+          "check_kernel")
 TRANSFORMS = ("vmap", "forward_ad", "double_backward", "compile", "mutates")  # judged from both sides' results
 ALLOWED = {"autograd_in_backward"}  # a permission the in-process check enforces; nothing for the referee to judge
 
@@ -137,7 +138,15 @@ class Judges:
             raise Unsupported("check_with needs a harness the notebook's visible cells define by name")
         self._judge_data(harness, function, reference, args, rtol, atol)
 
-    def _judge_data(self, harness, function, reference, args, rtol, atol) -> None:
+    def check_kernel(self, function, reference, *args, rtol: float = 1e-5, atol: float = 1e-5) -> None:
+        """What the test's ``check_kernel`` call decides (assignment 10): a kernel launcher's results, asked as
+        ``check_values`` asks them, and a wrong one explained in a kernel's terms (a forgotten tail, ...)."""
+        from autograder.student.checker.kernels import kernel_problem
+
+        self._judge_data(None, function, reference, args, rtol, atol, explain=lambda got, want, error=None:
+                         kernel_problem(function.name, got, want, rtol, atol, error))
+
+    def _judge_data(self, harness, function, reference, args, rtol, atol, explain=None) -> None:
         from autograder.student.checker.harness import _copies, as_data, same_data, short, with_message
 
         if not isinstance(function, StudentObject):
@@ -148,6 +157,8 @@ class Judges:
                    "grad": [False] * len(args), "inplace": False, "upstream": None}
 
         def compare(reply) -> str | None:
+            if explain is not None and isinstance(reply, dict) and reply.get("error") is not None:
+                return _found(function.name, explain(None, want, str(reply["error"])), named=True)
             if _unanswered(reply):
                 return _found(function.name, _unanswered(reply))
             try:
@@ -156,6 +167,8 @@ class Judges:
                 return _found(function.name, f"could not be checked: a malformed answer ({error})")
             if same_data(got, want, rtol, atol):
                 return None
+            if explain is not None:  # check_kernel: what the wrong results say about the kernel
+                return _found(function.name, explain(got, want) or f"{function.name} gives {short(got)}", named=True)
             if harness is not None:
                 return _found(function.name, with_message(harness.__name__, function.name, got, want), named=True)
             return _found(function.name, f"{function.name}{tuple(short(a) for a in args)} gives {short(got)}, "

@@ -8,6 +8,8 @@ It also installs the tamper guard (``autograder.grading.running.tamper``) before
 student code that replaces ``torch.allclose``, the checker or the names the tests use is
 undone after every cell and reported in it.
 
+Triton kernels (assignment 10) run in Triton's interpreter there, as in the grader.
+
 And an exercise not done yet (its ``raise NotImplementedError()`` still there) is said in one line,
 as ``check`` and the feedback page say it, instead of a traceback through torch's own code
 (JupyterLab's Validate button shows these kernels' errors; the grader's own shell,
@@ -36,7 +38,13 @@ def _not_done_yet(shell, etype, value, tb, tb_offset=None):
 
 def load_ipython_extension(ipython, guard=None):
     """Set up a grading kernel; return its tamper guard (the grader keeps it, and may pass one made earlier)."""
+    import os
+
     from autograder.grading.running import tamper
+
+    # Assignment 10: kernels nbgrader starts (validate, autograde) run Triton kernels in Triton's
+    # interpreter, as the grader does, GPU or not (set before a cell imports triton).
+    os.environ["TRITON_INTERPRET"] = "1"
 
     warnings.showwarning = _show_on_stdout
     ipython.set_custom_exc((NotImplementedError,), _not_done_yet)

@@ -209,7 +209,10 @@ def _clean_environment(env: dict[str, str], cwd: str, tmp: str) -> None:
     """Only harmless variables: nothing of the grading user's environment (database URLs, tokens)."""
     os.environ.clear()
     os.environ.update(SAFE_ENV, HOME=cwd, TMPDIR=tmp, IPYTHONDIR=os.path.join(tmp, ".ipython"),
-                      MPLCONFIGDIR=os.path.join(tmp, ".matplotlib"))
+                      MPLCONFIGDIR=os.path.join(tmp, ".matplotlib"),
+                      # Assignment 10: Triton kernels run in Triton's interpreter, on the CPU tensors the
+                      # referee sends (read when a kernel is defined); whatever Triton caches goes to scratch.
+                      TRITON_INTERPRET="1", TRITON_HOME=tmp)
     os.environ.update(env)
 
 

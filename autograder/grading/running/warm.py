@@ -10,8 +10,14 @@ from __future__ import annotations
 
 import gc
 import io
+import os
 import sys
 import threading
+
+# Assignment 10's Triton kernels run in Triton's interpreter in every grading process (CPU tensors, no
+# GPU needed): set before anything imports triton (torch may), here and again in each sandboxed child
+# (autograder.grading.running.sandbox), since a kernel reads it when it is defined.
+os.environ["TRITON_INTERPRET"] = "1"
 
 import IPython  # noqa: F401  (imported here so children need not)
 import IPython.core.completer  # noqa: F401  (this and the IPython modules below: what every new shell imports)
@@ -43,9 +49,14 @@ from IPython.core.interactiveshell import InteractiveShell
 from traitlets.config import Config
 
 from autograder import (  # noqa: F401  (the checker, as the notebooks import it)
-    check_callable, check_forward, check_function, check_saved, check_values, check_with, draw_graph,
+    check_callable, check_forward, check_function, check_kernel, check_saved, check_values, check_with, draw_graph,
 )
 import autograder.grading.running.kernel
+try:  # what 10's notebooks import (~0.3 s), once here; triton installs on Linux x86-64 only
+    import triton.language  # noqa: F401
+    import triton.runtime.interpreter  # noqa: F401
+except ImportError:
+    pass
 import autograder.grading.running.tamper
 
 matplotlib.pyplot.switch_backend("module://matplotlib_inline.backend_inline")  # what each shell enables

@@ -29,6 +29,7 @@ The modules, from the bottom up (each imports only those before it):
 - ``saved``: ``check_saved`` (what a Function keeps for backward);
 - ``harness``: ``check_values`` and ``check_with`` (plain results: a function of numbers, a training loop);
 - ``devices``: ``check_device`` (where a Function makes its tensors, checked on meta tensors);
+- ``kernels``: ``check_kernel`` (a function that launches Triton kernels; a wrong result explained);
 - ``transforms``, ``named``: what the options and the referee share.
 """
 
@@ -41,6 +42,7 @@ from autograder.student.checker.optional import (
     _check_double_backward, _check_forward_ad, _check_under_compile, _check_under_vmap,
 )
 from autograder.student.checker.harness import check_values, check_with
+from autograder.student.checker.kernels import check_kernel
 from autograder.student.checker.saved import check_saved
 from autograder.student.checker.references import ATOL, RTOL, _Inputs, _Report, _StudentError, _tolerances
 
@@ -129,5 +131,5 @@ def _start(function, args, inplace, constants, autograd_in_backward) -> tuple[_R
             _describe_inputs(function, args, inplace, constants, autograd_in_backward))
 
 
-__all__ = ["check_callable", "check_device", "check_forward", "check_function", "check_saved", "check_values",
-           "check_with"]
+__all__ = ["check_callable", "check_device", "check_forward", "check_function", "check_kernel", "check_saved",
+           "check_values", "check_with"]

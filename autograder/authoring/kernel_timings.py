@@ -1,0 +1,248 @@
+"""Time assignment 10's solution kernels on a GPU: ``python -m autograder.authoring.kernel_timings OUT_DIR``.
+
+The kernels are the solution notebook's own cells (``solutions/10_triton_kernels``), read from its JSON
+and run here as plain Python, compiled by Triton (never its interpreter): one copy of the kernels, the
+notebook's. ``record(out_dir)`` then measures, with the notebook's Exercise 6 helper
+(``autograder.student.kernels.time_bias_gelu``: 07's workloads and clocks), forward+backward of
+``BiasGELU`` against ``copy_`` and the built-in ``F.gelu(x + bias)``:
+
+- at 2^27 float32 elements, for the notebook's tiles and a few others (which tile sizes and
+  ``num_warps`` get the solution to the notebook's aim, 85% of ``copy_``'s bandwidth);
+- over sizes from 2^20 to 2^27, with the notebook's tiles, as latency and as throughput;
+- whether the two bias gradients (partial sums, ``tl.atomic_add``) give the same bits from run to run,
+  and how far the solution's gradients are from torch's.
+
+It writes ``kernels_cuda.json`` (the record the notebook shows, once copied to
+``autograder/student/data/``) and ``kernels_cuda.txt`` (a summary), in well under two minutes. It needs
+torch, triton, numpy and matplotlib, not Jupyter or nbgrader. Without CUDA it writes only the summary,
+"no CUDA: skipped", and returns that. (``--device cpu`` runs the same code small under Triton's
+interpreter, for the tests: its times are the interpreter's, and its files are named ``kernels_cpu``.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import io
+import json
+import linecache
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+NOTEBOOK = Path(__file__).resolve().parents[2] / "solutions" / "10_triton_kernels" / "10_triton_kernels.ipynb"
+CELLS = ("setup", "tiles", "bias_gelu_forward", "cell-backward-reference", "bias_gelu_backward",
+         "bias_gelu_function")  # the cells' ids, in order
+SIZES = tuple(2 ** k for k in (20, 22, 24, 26, 27))
+AIM = 0.85  # of copy_'s bandwidth, forward+backward of 2^27 elements (the notebook's Section 7)
+# Other tiles tried at 2^27, beside the notebook's own (FORWARD_TILE, BACKWARD_TILE of its "tiles" cell).
+TILES = (
+    ({"BLOCK_ROWS": 8, "BLOCK_COLUMNS": 1024, "num_warps": 8}, {"BLOCK_ROWS": 32, "BLOCK_COLUMNS": 256, "num_warps": 8}),
+    ({"BLOCK_ROWS": 4, "BLOCK_COLUMNS": 1024, "num_warps": 4}, {"BLOCK_ROWS": 16, "BLOCK_COLUMNS": 256, "num_warps": 8}),
+    ({"BLOCK_ROWS": 4, "BLOCK_COLUMNS": 512, "num_warps": 4}, {"BLOCK_ROWS": 16, "BLOCK_COLUMNS": 128, "num_warps": 4}),
+)
+SOLUTION = "solution BiasGELU"
+SKIPPED = "no CUDA: skipped"
+
+
+def solution_namespace(notebook: Path = NOTEBOOK) -> dict:
+    """The solution notebook's setup, tiles, references, kernels, launchers and ``BiasGELU``, run as plain Python.
+
+    Each cell's source goes into ``linecache`` under a name of its own, as IPython does: Triton reads a
+    kernel's source when it defines one. The setup cell decides, as in the notebook, where the kernels
+    run: compiled for the GPU, or in Triton's interpreter without CUDA (or with TRITON_INTERPRET=1 set
+    before triton was first imported in this process).
+    """
+    cells = {cell.get("id"): "".join(cell["source"]) for cell in json.loads(notebook.read_text())["cells"]}
+    namespace = {"__name__": "solution_10"}
+    for name in CELLS:
+        filename = f"<{notebook.stem} cell {name}>"
+        linecache.cache[filename] = (len(cells[name]), None, cells[name].splitlines(keepends=True), filename)
+        with contextlib.redirect_stdout(io.StringIO()):  # the setup cell says where kernels run
+            exec(compile(cells[name], filename, "exec"), namespace)  # noqa: S102 - the course's own notebook
+    return namespace
+
+
+def record(out_dir) -> dict:
+    """Measure the solution kernels on this machine's GPU, write the record and its summary into ``out_dir``, and
+    return the record (``{"status": "skipped", ...}`` without CUDA).
+
+    The measurement runs in a fresh Python (this module's command line) without TRITON_INTERPRET: whether
+    Triton compiles or interprets is fixed when a process first imports it, and the caller (a GPU check that
+    also grades) may have imported it for the interpreter.
+    """
+    import torch
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if not torch.cuda.is_available():
+        (out_dir / "kernels_cuda.txt").write_text(SKIPPED + "\n", encoding="utf-8")
+        return {"status": "skipped", "reason": SKIPPED}
+    environment = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
+    with tempfile.TemporaryDirectory(prefix="kernel-timings-triton-") as cache:  # Triton's compiled kernels: not in a home
+        environment.setdefault("TRITON_CACHE_DIR", cache)
+        done = subprocess.run([sys.executable, "-m", "autograder.authoring.kernel_timings", str(out_dir.resolve())],
+                              cwd=NOTEBOOK.parents[2], env=environment, capture_output=True, text=True, timeout=600)
+    if done.returncode != 0:
+        raise RuntimeError(f"kernel timings failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
+    return json.loads((out_dir / "kernels_cuda.json").read_text(encoding="utf-8"))
+
+
+def write(out_dir: Path, data: dict) -> list[Path]:
+    """``kernels_<device>.json`` and ``kernels_<device>.txt`` in ``out_dir``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stem = out_dir / f"kernels_{data['device']}"
+    stem.with_suffix(".json").write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    stem.with_suffix(".txt").write_text("\n".join(summary(data)) + "\n", encoding="utf-8")
+    return [stem.with_suffix(".json"), stem.with_suffix(".txt")]
+
+
+def measure(device: str = "cuda", sizes=SIZES, tiles=TILES, check_elements: int = 2 ** 20,
+            same_elements: int = 2 ** 24, runs: int = 20, clock: dict | None = None) -> dict:
+    """The record: the notebook's tiles and ``tiles`` at the largest size, the notebook's tiles at every size,
+    the bias gradients' reproducibility (``runs`` runs on ``same_elements``) and the gradients' difference
+    from torch (on ``check_elements``). ``record`` asks for CUDA; the tests run it small on a CPU."""
+    import torch
+    import triton
+
+    from autograder.student.kernels import time_bias_gelu
+    from autograder.student.timing import device_name, nominal_peak_bandwidth_gbps
+
+    clock = clock or {}  # time_bias_gelu's repeats, calls and blocks (its defaults on a GPU)
+    started = time.monotonic()
+    namespace = solution_namespace()
+    torch.use_deterministic_algorithms(False)  # the setup cell's NaN fill of new tensors is for the exercises
+    function, shipped = namespace["BiasGELU"].apply, (namespace["FORWARD_TILE"], namespace["BACKWARD_TILE"])
+    accuracy = _gradient_difference(namespace, device, check_elements)
+    compared = []
+    for forward, backward in (shipped,) + tuple(tiles):
+        namespace["FORWARD_TILE"], namespace["BACKWARD_TILE"] = forward, backward
+        rows = time_bias_gelu(function, [max(sizes)], device, name=SOLUTION, **clock)
+        compared.append({"forward_tile": forward, "backward_tile": backward, "shipped": (forward, backward) == shipped,
+                         **{key: rows[-1][key] for key in ("bytes", "latency_seconds", "throughput_seconds",
+                                                            "fraction_of_copy_latency", "fraction_of_copy_throughput")},
+                         "copy_latency_seconds": rows[0]["latency_seconds"]})
+    namespace["FORWARD_TILE"], namespace["BACKWARD_TILE"] = shipped
+    sweep = time_bias_gelu(function, list(sizes), device, name=SOLUTION, **clock)
+    copy = next(row for row in sweep if row["elements"] == max(sizes))
+    data = {
+        "format": 1,
+        "kind": "measurement",
+        "what": ("this course's solution kernels (10_triton_kernels, Exercises 1 to 3: BiasGELU with its forward and "
+                 "backward Triton kernels, bias gradient from partial sums), forward+backward of float32 (rows, "
+                 "1024) tensors, against copy_ and the built-in F.gelu(x + bias)"),
+        "device": device,
+        "device_name": device_name(device),
+        "torch_version": torch.__version__,
+        "cuda_version": torch.version.cuda,
+        "triton_version": triton.__version__,
+        "python_version": platform.python_version(),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "source": "python -m autograder.authoring.kernel_timings",
+        "method": ("autograder.student.kernels.time_bias_gelu: latency = one call between two synchronised clock "
+                   "reads (median of 20), throughput = 10 calls back to back (median of 3 blocks), with "
+                   "torch.utils.benchmark.Timer; fraction_of_copy = (20 bytes per element / time) / copy_'s "
+                   "(8 bytes per element / time) at the same size"),
+        "copy_bandwidth_gbps": copy["bytes"] / copy["latency_seconds"] / 1e9,
+        "nominal_peak_bandwidth_gbps": nominal_peak_bandwidth_gbps(device),
+        "aim_fraction_of_copy": AIM,
+        "kernels_variant": SOLUTION,
+        "largest_elements": max(sizes),
+        "tiles_at_largest": compared,
+        "rows": sweep,
+        "bias_gradient_reproducibility": _reproducibility(namespace, device, same_elements, runs),
+        "max_abs_difference_from_torch": accuracy,
+    }
+    data["seconds_taken"] = round(time.monotonic() - started, 1)
+    return data
+
+
+def _gradient_difference(namespace: dict, device: str, elements: int) -> dict:
+    """Largest differences of the solution's output and gradients from torch's, on ``elements`` elements."""
+    import torch
+    import torch.nn.functional as F
+
+    from autograder.student.timing import workload_tensors
+
+    x, bias, grad_output = workload_tensors(elements, device)
+    mine = [t.detach().requires_grad_() for t in (x, bias)]
+    theirs = [t.detach().requires_grad_() for t in (x, bias)]
+    y, y_torch = namespace["BiasGELU"].apply(*mine), F.gelu(theirs[0] + theirs[1])
+    grads, grads_torch = torch.autograd.grad(y, mine, grad_output), torch.autograd.grad(y_torch, theirs, grad_output)
+    return {"elements": elements, "output": float((y - y_torch).detach().abs().max()),
+            "grad_x": float((grads[0] - grads_torch[0]).abs().max()),
+            "grad_bias": float((grads[1] - grads_torch[1]).abs().max())}
+
+
+def _reproducibility(namespace: dict, device: str, elements: int, runs: int) -> dict:
+    """How many different bias gradients ``runs`` calls of each backward give on ``elements`` elements."""
+    from autograder.student.timing import workload_tensors
+
+    x, bias, grad_output = workload_tensors(elements, device)
+    different = {name: len({namespace[launcher](x, bias, grad_output)[1].cpu().numpy().tobytes() for _ in range(runs)})
+                 for name, launcher in (("partial sums", "bias_gelu_backward"),
+                                        ("tl.atomic_add", "bias_gelu_backward_atomic"))}
+    return {"runs": runs, "elements": elements, **different}
+
+
+def summary(data: dict) -> list[str]:
+    """The record in a few lines: what got where, at 2^27 and over sizes."""
+    tile = lambda t: f"{t['BLOCK_ROWS']}x{t['BLOCK_COLUMNS']}, {t['num_warps']} warps"  # noqa: E731
+    lines = [f"{data['what']}",
+             f"{data['device_name']}, torch {data['torch_version']} (CUDA {data['cuda_version']}), triton "
+             f"{data['triton_version']}, {data['date']}; {data['seconds_taken']} s",
+             f"copy_ {data['copy_bandwidth_gbps']:.0f} GB/s; on paper "
+             + (f"{data['nominal_peak_bandwidth_gbps']:.0f} GB/s" if data["nominal_peak_bandwidth_gbps"] else "unknown"),
+             f"forward+backward of {data['largest_elements']:,} elements, share of copy_ (latency / throughput); "
+             f"aim {data['aim_fraction_of_copy']:.0%}:"]
+    for t in sorted(data["tiles_at_largest"], key=lambda t: -t["fraction_of_copy_latency"]):
+        lines.append(f"  forward {tile(t['forward_tile'])}; backward {tile(t['backward_tile'])}: "
+                     f"{t['latency_seconds'] * 1e6:.1f} us, {t['fraction_of_copy_latency']:.0%} / "
+                     f"{t['fraction_of_copy_throughput']:.0%}" + ("  <- the notebook's tiles" if t["shipped"] else ""))
+    lines.append("the notebook's tiles by size (latency, share of copy_):")
+    for row in data["rows"]:
+        lines.append(f"  {row['variant']:26} {row['elements']:>11,}: {row['latency_seconds'] * 1e6:8.1f} us "
+                     f"({row['fraction_of_copy_latency']:.0%}), throughput {row['throughput_seconds'] * 1e6:8.1f} us "
+                     f"({row['fraction_of_copy_throughput']:.0%})")
+    same = data["bias_gradient_reproducibility"]
+    lines.append(f"bias gradient, {same['runs']} runs on {same['elements']:,} elements: partial sums "
+                 f"{same['partial sums']} different result(s), tl.atomic_add {same['tl.atomic_add']}")
+    difference = data["max_abs_difference_from_torch"]
+    lines.append(f"largest difference from torch on {difference['elements']:,} elements: " + ", ".join(
+        f"{k} {v:.1e}" for k, v in difference.items() if k != "elements"))
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m autograder.authoring.kernel_timings", description=__doc__.split("\n")[0])
+    parser.add_argument("out_dir", type=Path, help="folder for kernels_<device>.json and kernels_<device>.txt")
+    parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
+                        help="cuda (default); cpu runs the same code small, in Triton's interpreter, as the tests do: "
+                             "its times measure the interpreter, nothing else")
+    args = parser.parse_args(argv)
+    import torch
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        (args.out_dir).mkdir(parents=True, exist_ok=True)
+        (args.out_dir / "kernels_cuda.txt").write_text(SKIPPED + "\n", encoding="utf-8")
+        print(SKIPPED)
+        return 0
+    if args.device == "cuda" and os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+        print("error: TRITON_INTERPRET is set: the kernels would run in Triton's interpreter, not on the GPU",
+              file=sys.stderr)
+        return 2
+    data = measure("cuda") if args.device == "cuda" else measure(
+        "cpu", sizes=(2 ** 10, 2 ** 11), tiles=TILES[:1], check_elements=2 ** 10, same_elements=2 ** 11, runs=2,
+        clock={"repeats": 2, "calls": 1, "blocks": 1})
+    write(args.out_dir, data)
+    print("\n".join(summary(data)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,134 @@
+"""What notebook 10 says about Triton and PyTorch, pinned on the installed versions (triton 3.7.1, torch 2.13.0).
+
+The kernels run in Triton's interpreter on the CPU (tests/conftest.py sets TRITON_INTERPRET before anything
+imports triton). What the notebook says about GPUs comes from the recorded H200 evidence, not from here.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+triton = pytest.importorskip("triton")
+import triton.language as tl  # noqa: E402
+
+from autograder.student.kernels import interpreted  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not interpreted(), reason="the notebook's CPU facts: Triton's interpreter")
+
+
+@triton.jit
+def _last_writer_kernel(out_ptr):
+    tl.store(out_ptr, tl.program_id(0))  # every program writes the same place: a race on a GPU
+
+
+@triton.jit
+def _add_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offsets, tl.load(x_ptr + offsets, mask=offsets < n) + 1, mask=offsets < n)
+
+
+def test_the_interpreter_runs_the_programs_one_after_another_in_order():
+    out = torch.full((1,), -1, dtype=torch.int32)
+    for _ in range(3):
+        _last_writer_kernel[(7,)](out)
+        assert out.item() == 6  # the last program always wins: no race shows
+
+
+def test_without_the_course_guard_the_interpreter_gives_0_in_masked_lanes_of_a_load_without_other(tmp_path):
+    script = tmp_path / "masked.py"  # a fresh Python: this one's interpreter is guarded (NaN there)
+    script.write_text(textwrap.dedent('''
+        import os
+        os.environ["TRITON_INTERPRET"] = "1"
+        import torch, triton, triton.language as tl
+
+        @triton.jit
+        def kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+            offsets = tl.arange(0, BLOCK)
+            tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=offsets < n))
+
+        x, out = torch.full((8,), 5.0), torch.full((8,), 7.0)
+        kernel[(1,)](x, out, 3, BLOCK=8)
+        print(out.tolist())
+    '''))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == str([5.0, 5.0, 5.0] + [0.0] * 5), done.stderr[-2000:]
+
+
+def test_deterministic_mode_fills_new_tensors_with_nan():
+    before = torch.are_deterministic_algorithms_enabled()
+    try:
+        torch.use_deterministic_algorithms(True)
+        assert torch.utils.deterministic.fill_uninitialized_memory
+        assert torch.empty(5).isnan().all() and torch.empty_like(torch.ones(2, 3, dtype=torch.float64)).isnan().all()
+    finally:
+        torch.use_deterministic_algorithms(before)
+
+
+def test_the_same_float32_numbers_added_in_another_order_differ_in_their_last_bits():
+    generator = torch.Generator().manual_seed(0)
+    column_sums = torch.randn(16, 1000, generator=generator)
+    other_order = column_sums[torch.randperm(16, generator=generator)].sum(0)
+    differ = int((column_sums.sum(0) != other_order).sum())
+    assert 0 < differ < 1000 and (column_sums.sum(0) - other_order).abs().max() < 1e-5
+
+
+def test_triton_specialises_integer_arguments_divisible_by_16():
+    from triton.backends.compiler import BaseBackend
+
+    assert BaseBackend.get_int_specialization(1024, align=True) == "D"
+    assert BaseBackend.get_int_specialization(1000, align=True) != "D"
+    assert ["tt.divisibility", 16] in BaseBackend.parse_attr("D")
+
+
+class _AddOne(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        y = torch.empty_like(x)
+        _add_kernel[(triton.cdiv(x.numel(), 64),)](x, y, x.numel(), BLOCK=64)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        return grad_output
+
+
+def test_torch_compile_cannot_trace_a_function_that_launches_an_interpreted_kernel():
+    x = torch.randn(10, requires_grad=True)
+    assert torch.equal(_AddOne.apply(x), x + 1)
+    torch.compiler.reset()
+    with pytest.raises(Exception, match="data_ptr"):
+        torch.compile(lambda x: _AddOne.apply(x), backend="aot_eager", fullgraph=True)(x)
+
+
+def test_triton_op_runs_eagerly_but_fails_compile_and_opcheck_under_the_interpreter():
+    from torch.library import triton_op, wrap_triton
+
+    @triton_op("course_facts::add_one_seen_inside", mutates_args=())
+    def add_one(x: torch.Tensor) -> torch.Tensor:
+        y = torch.empty_like(x)
+        wrap_triton(_add_kernel)[(triton.cdiv(x.numel(), 64),)](x, y, x.numel(), BLOCK=64)
+        return y
+
+    x = torch.randn(10)
+    assert torch.equal(add_one(x), x + 1)
+    torch.compiler.reset()
+    with pytest.raises(Exception, match="Cannot access data pointer of Tensor"):
+        torch.compile(add_one, backend="aot_eager", fullgraph=True)(x)
+    with pytest.raises(Exception, match='test_faketensor failed with Attempted to set the storage of a tensor on '
+                                        'device "meta" to a storage on different device "cpu"'):
+        torch.library.opcheck(add_one, (x,))
+
+
+def test_gelu_is_half_h_times_one_plus_erf_and_its_derivative_cdf_plus_h_pdf():
+    h = torch.linspace(-4, 4, 41, dtype=torch.float64, requires_grad=True)
+    assert torch.allclose(F.gelu(h), 0.5 * h * (1 + torch.erf(h / 2 ** 0.5)))
+    (derivative,) = torch.autograd.grad(F.gelu(h).sum(), h)
+    h = h.detach()
+    cdf, pdf = 0.5 * (1 + torch.erf(h * 0.7071067811865476)), 0.3989422804014327 * torch.exp(-0.5 * h * h)
+    assert torch.allclose(derivative, cdf + h * pdf)
