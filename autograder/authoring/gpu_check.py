@@ -15,11 +15,11 @@ the time left of ``--budget`` seconds (default 280: under five minutes on one GP
    with its like-with-like timer checks (latency against ``Timer.timeit(1)``, throughput against
    ``blocked_autorange``, each within 10%), for the compiled fused Function and the built-in;
 5. the tests marked ``gpu`` (pytest), reading the record step 4 made;
-6. assignment 10's kernel timings, once wired (``KERNEL_TIMINGS``, below).
+6. assignment 10's kernel timings (``KERNEL_TIMINGS``, below: ``autograder.authoring.kernel_timings``).
 
 It writes into OUT_DIR, which it creates: ``report.md`` (what ran and what it found), ``gpu_check.json``
 (all of it as data), ``pytest.log``, and the new record ``reference_cuda.json`` with its two figures:
-six files. Without CUDA every GPU step says "no CUDA: skipped" and the command still ends cleanly.
+six files, and assignment 10's ``kernels_cuda.json`` and ``kernels_cuda.txt``. Without CUDA every GPU step says "no CUDA: skipped" and the command still ends cleanly.
 Exit status 0 when nothing failed.
 """
 
@@ -52,12 +52,12 @@ CPU_OPTIONS = ("--no-compile", "--warmup", "2", "--repeats", "5", "--timer-secon
 NO_CUDA = "no CUDA: skipped"
 
 # ---------------------------------------------------------------------------------------------
-# HOOK (assignment 10): the timings of its Triton kernels. Set KERNEL_TIMINGS to "module:function";
+# HOOK (assignment 10): the timings of its Triton kernels, KERNEL_TIMINGS = "module:function";
 # the function is called as function(out_dir=Path, device=str) and returns a dict of plain data (JSON),
 # which goes into gpu_check.json and report.md. It may write up to two files of its own into out_dir
 # (the other steps write six; whoever collects the folder may take eight). It runs last, within the
-# budget's remaining time (it is skipped under 10 s). None: the step says it is not wired yet.
-KERNEL_TIMINGS: str | None = None
+# budget's remaining time (it is skipped under 10 s). None: the step says it is not wired.
+KERNEL_TIMINGS: str | None = "autograder.authoring.kernel_timings:record"
 # ---------------------------------------------------------------------------------------------
 
 

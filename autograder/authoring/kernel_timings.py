@@ -68,9 +68,10 @@ def solution_namespace(notebook: Path = NOTEBOOK) -> dict:
     return namespace
 
 
-def record(out_dir) -> dict:
+def record(out_dir, device: str = "cuda") -> dict:
     """Measure the solution kernels on this machine's GPU, write the record and its summary into ``out_dir``, and
-    return the record (``{"status": "skipped", ...}`` without CUDA).
+    return the record (``{"status": "skipped", ...}`` without CUDA, or for another ``device``: the kernels are
+    timed on CUDA only). ``autograder.authoring.gpu_check`` calls it as its last step.
 
     The measurement runs in a fresh Python (this module's command line) without TRITON_INTERPRET: whether
     Triton compiles or interprets is fixed when a process first imports it, and the caller (a GPU check that
@@ -80,7 +81,7 @@ def record(out_dir) -> dict:
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    if not torch.cuda.is_available():
+    if not torch.cuda.is_available() or torch.device(device).type != "cuda":
         (out_dir / "kernels_cuda.txt").write_text(SKIPPED + "\n", encoding="utf-8")
         return {"status": "skipped", "reason": SKIPPED}
     environment = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}

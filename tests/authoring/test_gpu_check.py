@@ -110,13 +110,20 @@ def test_a_step_that_breaks_or_finds_no_time_is_reported_and_the_others_still_ru
     assert "| broken | error |" in (tmp_path / "report.md").read_text()
 
 
-def test_the_kernel_timings_hook_says_it_is_not_wired_until_it_is(tmp_path, monkeypatch):
+def test_the_kernel_timings_hook_calls_assignment_10s_recorder_or_says_it_is_not_wired(tmp_path, monkeypatch):
+    assert gpu_check.KERNEL_TIMINGS == "autograder.authoring.kernel_timings:record"
+    step = gpu_check.Step("hook")
+    gpu_check.kernel_timings(step, tmp_path, "cpu")  # assignment 10's kernels are timed on CUDA only
+    assert step.status == "passed" and step.data["status"] == "skipped"
+    assert (tmp_path / "kernels_cuda.txt").read_text().startswith("no CUDA")
+    monkeypatch.setattr(gpu_check, "KERNEL_TIMINGS", None)
     step = gpu_check.Step("hook")
     gpu_check.kernel_timings(step, tmp_path, "cpu")
-    assert step.status == "skipped" and "not wired yet" in step.summary
+    assert step.status == "skipped" and "not wired" in step.summary
     (tmp_path / "fake_kernels.py").write_text("def timings(out_dir, device):\n    return {'device': device}\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(gpu_check, "KERNEL_TIMINGS", "fake_kernels:timings")
+    step = gpu_check.Step("hook")
     gpu_check.kernel_timings(step, tmp_path, "cpu")
     assert step.status == "passed" and step.data == {"device": "cpu"}
 
