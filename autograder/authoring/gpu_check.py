@@ -253,7 +253,8 @@ def kernel_timings(step: Step, out: Path, device: str = "cuda") -> None:
     module, _, name = KERNEL_TIMINGS.partition(":")
     step.data = getattr(importlib.import_module(module), name)(out_dir=out, device=device)
     step.status = "passed"
-    step.summary = f"{KERNEL_TIMINGS}: {len(step.data)} entries"
+    text = out / f"kernels_{device}.txt"  # the recorder's own summary, where it wrote one
+    step.summary = text.read_text(encoding="utf-8") if text.is_file() else f"{KERNEL_TIMINGS}: {len(step.data)} entries"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -271,7 +272,7 @@ def report(data: dict) -> str:
     for s in data["steps"]:
         lines += ["", f"## {s['name']}: {s['status']}", "", "```", s["summary"] or "(nothing to say)", "```"]
         rows = s["data"].get("rows")
-        if rows:
+        if rows and all("entry" in r for r in rows):  # the checker's cases (assignment 10's record has rows too)
             lines += ["", "| entry point | case | expected | outcome | ok |", "|---|---|---|---|---|"]
             lines += [f"| {r['entry']} | {r['case']} | {r['expected']} | {r['outcome']} | {'yes' if r['ok'] else 'NO'} |"
                       for r in rows]

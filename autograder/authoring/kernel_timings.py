@@ -42,7 +42,7 @@ SIZES = tuple(2 ** k for k in (20, 22, 24, 26, 27))
 AIM = 0.85  # of copy_'s bandwidth, forward+backward of 2^27 elements (the notebook's Section 7)
 # Other tiles tried at 2^27, beside the notebook's own (FORWARD_TILE, BACKWARD_TILE of its "tiles" cell).
 TILES = (
-    ({"BLOCK_ROWS": 8, "BLOCK_COLUMNS": 1024, "num_warps": 8}, {"BLOCK_ROWS": 32, "BLOCK_COLUMNS": 256, "num_warps": 8}),
+    ({"BLOCK_ROWS": 8, "BLOCK_COLUMNS": 512, "num_warps": 8}, {"BLOCK_ROWS": 32, "BLOCK_COLUMNS": 128, "num_warps": 8}),
     ({"BLOCK_ROWS": 4, "BLOCK_COLUMNS": 1024, "num_warps": 4}, {"BLOCK_ROWS": 16, "BLOCK_COLUMNS": 256, "num_warps": 8}),
     ({"BLOCK_ROWS": 4, "BLOCK_COLUMNS": 512, "num_warps": 4}, {"BLOCK_ROWS": 16, "BLOCK_COLUMNS": 128, "num_warps": 4}),
 )
