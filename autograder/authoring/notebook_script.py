@@ -14,6 +14,7 @@ import argparse
 import contextlib
 import io
 import json
+import linecache
 import os
 import sys
 import time
@@ -52,8 +53,12 @@ def run_notebook(path, tail: int = 1500) -> list[dict]:
             start = time.perf_counter()
             error = None
             try:
+                filename = f"<{path.name} cell {number}>"
+                # As IPython does: the cell's source in linecache, so inspect.getsource finds it (Triton's
+                # @triton.jit reads its function's source: "@jit functions should be defined in a Python file").
+                linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
                 with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
-                    exec(compile(source, f"<{path.name} cell {number}>", "exec"), namespace)  # noqa: S102
+                    exec(compile(source, filename, "exec"), namespace)  # noqa: S102
             except BaseException as raised:  # noqa: BLE001 - the report says what the cell raised
                 error = "".join(traceback.format_exception_only(type(raised), raised)).strip()[-tail:]
             finally:

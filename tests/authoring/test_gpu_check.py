@@ -9,6 +9,7 @@ run on the CPU. On a GPU the command itself is the test (README: "Checking the G
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -162,3 +163,27 @@ def test_the_command_is_documented_for_instructors_and_in_the_makefile():
     assert "PYTHONPATH=. python3 -m autograder.authoring.gpu_check" in readme and "make gpu-check" in readme
     makefile = (REPO / "Makefile").read_text()
     assert "gpu-check:" in makefile and "autograder.authoring.gpu_check" in makefile
+
+
+TRITON_NOTEBOOK = {"cells": [
+    {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+     "source": ["import torch, triton\n", "import triton.language as tl\n"]},
+    {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+     "source": ["@triton.jit\n", "def double_kernel(x_ptr, n, BLOCK: tl.constexpr):\n",
+                "    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)\n",
+                "    tl.store(x_ptr + offsets, 2 * tl.load(x_ptr + offsets, mask=offsets < n), mask=offsets < n)\n"]},
+    {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+     "source": ["x = torch.ones(5)\n", "double_kernel[(1,)](x, 5, BLOCK=8)\n", "print(x.tolist())"]},
+], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+
+
+def test_a_triton_kernel_defined_in_a_cell_runs(tmp_path):
+    """@triton.jit reads its function's source: a cell's source must be where inspect finds it (found on an H200:
+    10's first kernel cell failed with "@jit functions should be defined in a Python file")."""
+    pytest.importorskip("triton")
+    path = tmp_path / "nb.ipynb"
+    path.write_text(json.dumps(TRITON_NOTEBOOK))
+    ran = subprocess.run([sys.executable, "-m", "autograder.authoring.notebook_script", str(path)], capture_output=True,
+                         text=True, env=dict(os.environ, TRITON_INTERPRET="1"), timeout=300)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert "3 of 3 code cells ran" in ran.stdout
