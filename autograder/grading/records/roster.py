@@ -12,7 +12,7 @@ import csv
 from dataclasses import dataclass
 from pathlib import Path
 
-from autograder.grading.records.lms import is_valid_student_id
+from autograder.grading.records.lms import invalid_student_id, is_valid_student_id
 from autograder.course import Course, CourseError
 
 FIELDS = ("first_name", "last_name", "email", "lms_user_id")
@@ -62,8 +62,7 @@ def _read(path: Path) -> tuple[dict[str, dict[str, str | None]], list[str]]:
         if not any(row.values()):
             continue  # a line of empty cells, as spreadsheets write them
         if not is_valid_student_id(student_id):
-            raise CourseError(f"{path}, line {line}: invalid student id {student_id!r} "
-                              "(use only letters, digits and . _ - @)")
+            raise CourseError(f"{path}, line {line}: {invalid_student_id(student_id)}")
         if student_id in students:
             raise CourseError(f"{path}, line {line}: student {student_id} is listed twice")
         students[student_id] = {f: row.get(f) or None for f in FIELDS}
