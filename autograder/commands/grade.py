@@ -13,8 +13,8 @@ DESCRIPTION = ("Autograde every submission in grading/submitted/ into the gradeb
                "at once, each in its own fresh process with a time and memory limit. Writes grading/grades.csv "
                "(student_id, assignment, score, max_score, status). Submissions already graded and unchanged are "
                "not graded again. Whatever one notebook holds or does, it ends in its student's own row (status and "
-               "detail say why) and every other student is graded; the last line counts the students with problems "
-               "(any status but graded and missing). Exit status: 0 when every student has a row; 2 when grading "
+               "detail say why) and every other student is graded; the last line counts the students per status and "
+               "those with problems (any status but graded and missing). Exit status: 0 when every student has a row; 2 when grading "
                "could not run (no such assignment, nothing collected, no sandbox).")
 
 
@@ -78,10 +78,9 @@ def run(args, course: Course) -> int:
     for r in rows:
         counts[r.status] = counts.get(r.status, 0) + 1
     print(decided_by_whom(rows))
-    print(", ".join(f"{n} {s}" for s, n in counts.items()) + f"; wrote {course.grading / GRADES_CSV}")
-    problems = with_problems(rows)
-    print(f"{len(problems)} student{'s' * (len(problems) != 1)} with problems"
-          + "".join(f"{', ' if i else ': '}{r.student_id} ({r.status})" for i, r in enumerate(problems)))
+    problems = len(with_problems(rows))  # (the table above names them, with why)
+    print(", ".join(f"{n} {s}" for s, n in counts.items()) + f"; wrote {course.grading / GRADES_CSV}; "
+          f"{problems} student{'s' * (problems != 1)} with problems")
     reasons: dict[str, list[str]] = {}
     for r in rows:
         if r.regraded:

@@ -13,14 +13,18 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from autograder.course import CourseError
 from autograder.grading.records.grades import Row, worsen
 from autograder.grading.records.submissions import write_problem_notebook
 
 
 def outcome(future):
-    """A finished task's Execution, or the exception its run raised (its notebook's row then says so)."""
+    """A finished task's Execution, or the exception its run raised (its notebook's row then says so); a
+    CourseError (the grading set-up is wrong, e.g. a Dask worker that may not start processes) stops the run."""
     try:
         return future.result()
+    except CourseError:
+        raise
     except Exception as error:
         return error
 
@@ -38,6 +42,8 @@ class Contained:
         """``prepare(student)``; a submission that cannot be prepared gets a row saying why and no tasks."""
         try:
             return self.prepare(student)
+        except CourseError:
+            raise
         except Exception as error:
             return self.unusable(student, f"the grader could not prepare it ({why(error)})"), []
 
