@@ -127,7 +127,8 @@ def feedback(course: Course, assignment: str) -> Feedback:
     """
     course.check_assignment(assignment)
     autograded = course.grading / "autograded"
-    students = sorted(p.parent.name for p in autograded.glob(f"*/{assignment}") if p.is_dir())
+    students = sorted(p.parent.name for p in autograded.glob(f"*/{assignment}")
+                      if p.is_dir() and not p.parent.name.startswith("."))
     if not students:
         raise CourseError(f"nothing graded yet for {assignment}: run `python -m autograder grade {assignment}` first")
     run = course.nbgrader("generate_feedback", assignment, "--force", "--log-level=ERROR", check=False)
@@ -156,7 +157,8 @@ def _nbgrader_error(log: str, student: str) -> str:
     """The last line of the error nbgrader logged for ``student``'s notebook, if it logged one."""
     found = re.search(rf"error processing assignment: \S*/{re.escape(student)}/\S*\n(.*?)(?=\n\[|\Z)", log, re.S)
     lines = found.group(1).strip().splitlines() if found else []
-    return " ".join(lines[-1].split())[:300] if lines else ""
+    text = " ".join(lines[-1].split())[:300] if lines else ""
+    return text if text.isprintable() else repr(text)[1:-1]  # it may quote the notebook: no terminal escapes
 
 
 def _unfinished_page(course: Course, assignment: str, student: str, notebook: str) -> str:
