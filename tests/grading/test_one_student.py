@@ -6,7 +6,7 @@ spreadsheet formulas), `collect` (from a folder download that also holds student
 that once stopped a whole command: a display message nested 3,000 deep, a notebook file nested
 100,000 deep, a photo pasted into a markdown cell, an error whose text is the hidden-test marker,
 outputs with lone surrogates, NaN and a million lines, markdown that renderers choke on, cells whose
-shape is not a notebook's. Every one must end in that student's own row and page, with a reason,
+shape is not a notebook's, cell ids nbformat refuses. Every one must end in that student's own row and page, with a reason,
 while every other student is collected, graded, given a finished page and exported.
 
 Points of 01_first_function: test_cube_forward 1, test_cube_backward 2, test_sqrt 3,
@@ -72,8 +72,11 @@ def submissions(notebooks: Notebooks) -> dict[str, dict | str]:
                                                     "\n\n# test_net\n\n![gone](attachment:missing.png)")]
     misshapen = nb.answers()
     misshapen["cells"][3]["metadata"] = ["not", "a", "mapping"]
+    odd_ids = nb.answers()  # nbformat refuses these ids: nbconvert, and so the page, would fail on them
+    for index, cell in enumerate(odd_ids["cells"]):
+        cell["id"] = f"<b id=test_net>\u202e\x00{index}"
     return {"right": nb.answers(), "photo": photo, "deep_message": deep, "marker": marker, "odd_outputs": odd,
-            "renderers": renderers, "misshapen": misshapen,
+            "renderers": renderers, "misshapen": misshapen, "odd_ids": odd_ids,
             "deep_file": "[" * 100_000 + "]" * 100_000}
 
 
@@ -123,7 +126,7 @@ def test_no_command_ends_in_a_traceback(run):
         assert "Traceback" not in result.stdout + result.stderr, (name, result.stderr[-3000:])
     assert run.roster.returncode == 0 and run.grade.returncode == 0, run.grade.stderr[-3000:]
     assert run.feedback.returncode == 0 and run.export.returncode == 0, run.feedback.stderr[-3000:]
-    assert run.feedback.stdout.strip().splitlines()[-1] == "8 feedback pages, 0 students with problems"
+    assert run.feedback.stdout.strip().splitlines()[-1] == "9 feedback pages, 0 students with problems"
 
 
 def test_unsafe_student_ids_are_refused_at_roster_and_collect_in_one_line(run):
@@ -135,9 +138,9 @@ def test_unsafe_student_ids_are_refused_at_roster_and_collect_in_one_line(run):
         assert f"{bad}: nothing collected; invalid student id '{bad}': {STUDENT_ID_RULE} (nothing collected)" \
             in run.collect.stdout.splitlines(), run.collect.stdout
     # with problems: the 3 unsafe ids, and the 2 notebooks collected that cannot be graded
-    assert run.collect.stdout.strip().splitlines()[-1] == "8 students collected, 5 with problems"
+    assert run.collect.stdout.strip().splitlines()[-1] == "9 students collected, 5 with problems"
     assert set(run.rows) == {"right", "photo", "deep_message", "marker", "odd_outputs", "renderers", "misshapen",
-                             "deep_file"}
+                             "deep_file", "odd_ids"}
 
 
 def test_every_student_has_a_row_saying_what_happened(run):
@@ -145,7 +148,7 @@ def test_every_student_has_a_row_saying_what_happened(run):
         r = run.rows[student]
         return float(r["score"]), r["status"]
 
-    for student in ("right", "photo", "odd_outputs", "renderers"):
+    for student in ("right", "photo", "odd_outputs", "renderers", "odd_ids"):
         assert row(student) == (MAX_SCORE, "graded"), run.rows[student]
     # The display message nested 3,000 deep comes after every test: they count, and the row says why it stopped.
     assert row("deep_message") == (MAX_SCORE, "kernel died")
@@ -156,7 +159,7 @@ def test_every_student_has_a_row_saying_what_happened(run):
     assert row("misshapen") == (0, "invalid notebook")
     assert "cell 4's metadata is not a JSON object" in run.rows["misshapen"]["detail"]
     summary = run.grade.stdout.strip().splitlines()[-1]
-    assert summary.startswith("2 invalid notebook, 1 kernel died, 5 graded; wrote ") and \
+    assert summary.startswith("2 invalid notebook, 1 kernel died, 6 graded; wrote ") and \
         summary.endswith("grades.csv; 3 students with problems"), summary
 
 
@@ -215,7 +218,7 @@ def test_a_page_nbgrader_cannot_make_says_so_and_the_others_are_finished(run, tm
     broken.write_text("{")  # as if its notebook had been cut short: nbgrader fails on it
     again = autograder(course, "feedback", ASSIGNMENT)
     assert again.returncode == 1 and "Traceback" not in again.stdout + again.stderr, again.stderr[-3000:]
-    assert again.stdout.strip().splitlines()[-1] == "8 feedback pages, 1 student with problems"
+    assert again.stdout.strip().splitlines()[-1] == "9 feedback pages, 1 student with problems"
     assert again.stderr.startswith("photo: only a page saying the feedback could not be made (")
     page = (course.grading / "feedback" / "photo" / ASSIGNMENT / f"{ASSIGNMENT}.html").read_text()
     assert "could not be shown" in page and "Score: 11 / 11" in page and "<script" not in page

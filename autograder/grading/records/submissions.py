@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import nbformat
+from nbformat.corpus.words import generate_corpus_id
 
 from autograder.grading.running import untrusted_json
 
 MAX_NOTEBOOK_BYTES = 50 * 1024**2
+CELL_ID = re.compile(r"[a-zA-Z0-9_-]{1,64}")  # nbformat 4.5's cell id
 
 
 class InvalidNotebook(Exception):
@@ -42,6 +45,9 @@ def read_submission(path: Path):
     why = why or misshapen(notebook)
     if why:
         raise InvalidNotebook(f"the notebook cannot be read ({why})")
+    for cell in notebook.cells:  # a cell id nbformat refuses would make every page of it fail to render
+        if "id" in cell and not (isinstance(cell.id, str) and CELL_ID.fullmatch(cell.id)):
+            cell.id = generate_corpus_id()
     return notebook
 
 
