@@ -13,6 +13,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from nbgrader.api import Gradebook
+
 from autograder.course import CourseError
 from autograder.grading.records.grades import Row, worsen
 from autograder.grading.records.submissions import write_problem_notebook
@@ -79,11 +81,15 @@ class Contained:
         staging = self.staging / student / self.assignment
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
+        try:  # in the gradebook with 0, as grades.csv has it (and so nbgrader makes the student's page)
+            with Gradebook(self.db_url, self.coursedir.course_id) as gb:
+                gb.update_or_create_student(student)
+                gb.update_or_create_submission(self.assignment, student)
+            for notebook_id in self.notebook_ids:
+                self._zero(student, notebook_id)
+        except Exception:  # registering it is what failed: `feedback` then gives it a page saying so
+            pass
         for notebook_id in self.notebook_ids:
             self.sanitized.pop((student, notebook_id), None)
-            try:
-                self._zero(student, notebook_id)
-            except Exception:  # not in the gradebook (registering it failed): nothing to zero
-                pass
             write_problem_notebook(staging / f"{notebook_id}.ipynb", problem)
         return row

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import shutil
 from dataclasses import dataclass
 
@@ -25,7 +26,7 @@ import pytest
 from autograder.course import Course
 from autograder.grading.records.lms import STUDENT_ID_RULE
 from test_robustness import (ASSIGNMENT, MAX_SCORE, NOTEBOOK, Notebooks, _course, autograded, autograder, code_cell,
-                             grades_csv)
+                             grades_csv, write_submissions)
 
 pytestmark = pytest.mark.slow
 
@@ -233,3 +234,41 @@ def _number(text: str) -> bool:
         return True
     except ValueError:
         return False
+
+
+def test_whatever_the_grader_raises_on_one_notebook_ends_in_that_student_s_row(tmp_path, monkeypatch):
+    """Fault injection for the cases no notebook is known to reach any more: the grader itself raising while it
+    prepares, runs or scores one student's notebook (grade's contained.py). That student gets 0, a row and a
+    page saying what was raised; the others are graded as usual."""
+    from autograder.grading import grade as grading
+    from autograder.grading.results.feedback import feedback
+
+    course = _course(tmp_path / "course")
+    notebooks = Notebooks(course.root)
+    write_submissions(course, {s: notebooks.answers() for s in ("fine", "breaks_prepare", "breaks_run", "breaks_scoring")})
+    prepare, execute, finish = grading._Grader.prepare, grading.execute, grading._Grader.finish_task
+
+    def failing(name, error, real, who):
+        def call(*args, **kwargs):
+            if name in str(who(*args)):
+                raise error
+            return real(*args, **kwargs)
+        return call
+
+    monkeypatch.setattr(grading._Grader, "prepare", failing("breaks_prepare", KeyError("x"), prepare, lambda s, st: st))
+    monkeypatch.setattr(grading, "execute", failing("breaks_run", OSError("no pipe"), execute, lambda c, cwd, *a: cwd))
+    monkeypatch.setattr(grading._Grader, "finish_task", failing("breaks_scoring", ValueError("bad output"), finish,
+                                                                lambda s, task, e: task.student_id))
+    with open(os.devnull, "w") as quiet:
+        rows = {r.student_id: r for r in grading.grade(course, ASSIGNMENT, jobs=2, progress=quiet)}
+
+    assert (rows["fine"].score, rows["fine"].status) == (MAX_SCORE, "graded")
+    for student, detail in {"breaks_prepare": "the grader could not prepare it (KeyError: 'x')",
+                            "breaks_run": f"{NOTEBOOK}: the grader could not score it (OSError: no pipe)",
+                            "breaks_scoring": f"{NOTEBOOK}: the grader could not score it (ValueError: bad output)"}.items():
+        assert (rows[student].score, rows[student].status, rows[student].detail) == (0, "invalid notebook", detail)
+        assert set(grades_csv(course)) == set(rows)
+    result = feedback(course, ASSIGNMENT)
+    assert len(result.pages) == 4 and result.problems == {}
+    page = (course.grading / "feedback" / "breaks_run" / ASSIGNMENT / f"{ASSIGNMENT}.html").read_text()
+    assert "could not be graded" in page and "OSError: no pipe" in page
