@@ -14,8 +14,8 @@ DESCRIPTION = ("Autograde every submission in grading/submitted/ into the gradeb
                "(student_id, assignment, score, max_score, status). Submissions already graded and unchanged are "
                "not graded again. Whatever one notebook holds or does, it ends in its student's own row (status and "
                "detail say why) and every other student is graded; the last line counts the students per status and "
-               "those with problems (any status but graded and missing). Exit status: 0 when every student has a row; 2 when grading "
-               "could not run (no such assignment, nothing collected, no sandbox).")
+               "those with problems (any status but graded and missing). Exit status: 0 when every student has a "
+               "row; 2 when grading could not run (no such assignment, nothing collected, no sandbox).")
 
 
 def add_arguments(parser) -> None:

@@ -12,10 +12,12 @@ each change that answer only, as the gradebook shows; her photo of a derivation 
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 from nbgrader.api import Gradebook
 
+from autograder.course import Course
 from conftest import REPO, filled_release, jupyter_server, solution_answers
 from test_grading import autograder
 from test_one_student import PNG
@@ -40,10 +42,9 @@ def eve(course_root) -> dict:
         "softmax": answers["softmax"],
         "derive_softmax": answers["derive_softmax"] + "\n\n" + CLOBBER,
         "derive_layer_norm": "My derivation, on paper:\n\n![derivation](attachment:derivation.png)"})
-    for cell in notebook["cells"]:
-        if cell["metadata"].get("nbgrader", {}).get("grade_id") == "derive_layer_norm":
-            cell["attachments"] = {"derivation.png": {"image/png": PNG}}
-    index = next(i for i, c in enumerate(notebook["cells"]) if c["metadata"].get("nbgrader", {}).get("grade_id") == "softmax")
+    grade_ids = [c["metadata"].get("nbgrader", {}).get("grade_id") for c in notebook["cells"]]
+    notebook["cells"][grade_ids.index("derive_layer_norm")]["attachments"] = {"derivation.png": {"image/png": PNG}}
+    index = grade_ids.index("softmax")
     notebook["cells"].insert(index + 1, {
         "cell_type": "code", "id": "outputs", "metadata": {}, "execution_count": None, "outputs": [],
         "source": "from IPython.display import HTML, Markdown, display\ndisplay(Markdown('# test_attention'))\n"
@@ -52,10 +53,7 @@ def eve(course_root) -> dict:
 
 
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory):
-    from autograder.course import Course
-    import shutil
-
+def graded(tmp_path_factory) -> Course:
     root = tmp_path_factory.mktemp("formgrader")
     for folder in ("solutions", "course"):
         shutil.copytree(REPO / folder, root / folder)

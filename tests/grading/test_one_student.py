@@ -6,8 +6,9 @@ spreadsheet formulas), `collect` (from a folder download that also holds student
 that once stopped a whole command: a display message nested 3,000 deep, a notebook file nested
 100,000 deep, a photo pasted into a markdown cell, an error whose text is the hidden-test marker,
 outputs with lone surrogates, NaN and a million lines, markdown that renderers choke on, cells whose
-shape is not a notebook's, cell ids nbformat refuses. Every one must end in that student's own row and page, with a reason,
-while every other student is collected, graded, given a finished page and exported.
+shape is not a notebook's, cell ids nbformat refuses. Every one must end in that student's own row
+and page, with a reason, while every other student is collected, graded, given a finished page and
+exported.
 
 Points of 01_first_function: test_cube_forward 1, test_cube_backward 2, test_sqrt 3,
 test_poly_function 3, test_net 2 (11 in all).

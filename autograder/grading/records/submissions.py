@@ -58,12 +58,12 @@ def misshapen(notebook) -> str | None:
     for number, cell in enumerate(notebook["cells"], 1):
         if not isinstance(cell, dict) or cell.get("cell_type") not in ("code", "markdown", "raw"):
             return f"cell {number} is not a code, markdown or raw cell"
-        source, attachments = cell.get("source", ""), cell.get("attachments", {})
+        source, outputs, attachments = cell.get("source", ""), cell.get("outputs", []), cell.get("attachments", {})
         if not (isinstance(source, str) or isinstance(source, list) and all(isinstance(s, str) for s in source)):
             return f"cell {number}'s source is not text"
         if not isinstance(cell.get("metadata", {}), dict):
             return f"cell {number}'s metadata is not a JSON object"
-        if not isinstance(cell.get("outputs", []), list) or not all(isinstance(o, dict) for o in cell.get("outputs", [])):
+        if not (isinstance(outputs, list) and all(isinstance(o, dict) for o in outputs)):
             return f"cell {number}'s outputs are not a list of outputs"
         if not (isinstance(attachments, dict) and all(isinstance(a, dict) for a in attachments.values())):
             return f"cell {number}'s attachments are not what a notebook has"

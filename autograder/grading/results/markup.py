@@ -86,9 +86,9 @@ class _MathPlaceholders(IPythonRenderer):
         self.shown: set[str] = set()  # attachments the markdown shows
 
     def _hold(self, tex: str, display: bool) -> str:
-        return self._placeholder(tex, render_math(tex, display))
+        return self.placeholder(tex, render_math(tex, display))
 
-    def _placeholder(self, text: str, shown: str) -> str:
+    def placeholder(self, text: str, shown: str) -> str:
         key = f"math{self.nonce}n{len(self.formulas)}"
         self.formulas[key] = (text, shown)
         return key
@@ -99,7 +99,7 @@ class _MathPlaceholders(IPythonRenderer):
             return super().image(text, url, title)
         name = url[len("attachment:"):]
         self.shown.add(name)
-        return self._placeholder(name, attached_image(name, self.attachments.get(name)))
+        return self.placeholder(name, attached_image(name, self.attachments.get(name)))
 
     def inline_math(self, body: str) -> str:
         return self._hold(body, display=False)
@@ -134,8 +134,8 @@ def markdown_to_html(source: str, course_markup: bool = False, attachments: dict
     """Markdown to cleaned HTML with MathML maths; ``course_markup`` allows the course's hint blocks.
 
     Disallowed tags are escaped (shown as text), not dropped, so a student sees what they wrote; markdown
-    with over ``MAX_TAGS`` tags is shown as text whole. ``attachments`` (a markdown cell's) are shown where the markdown shows them, and listed after it
-    where it does not.
+    with over ``MAX_TAGS`` tags is shown as text whole. ``attachments`` (a markdown cell's) are shown
+    where the markdown shows them, and listed after it where it does not.
     """
     if source.count("<") > MAX_TAGS:  # bleach's parser takes time quadratic in nesting: 30,000 <div> take minutes
         return f"<pre>{html.escape(source)}</pre>"
@@ -144,7 +144,7 @@ def markdown_to_html(source: str, course_markup: bool = False, attachments: dict
     unshown = [name for name in renderer.attachments if name not in renderer.shown]
     if unshown:  # attached but never shown in the text: listed, so the grader sees them too
         rendered += "<p>Attached: " + " ".join(
-            renderer._placeholder(str(name), attached_image(str(name), renderer.attachments[name]))
+            renderer.placeholder(str(name), attached_image(str(name), renderer.attachments[name]))
             for name in unshown) + "</p>"
     cleaned = bleach.clean(rendered, tags=COURSE_TAGS if course_markup else STUDENT_TAGS,
                            attributes=ATTRIBUTES if course_markup else STUDENT_ATTRIBUTES,
