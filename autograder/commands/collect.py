@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 from autograder.course import Course
+from autograder.grading.records.lms import STUDENT_ID_RULE
 
 HELP = "put downloaded submissions where grading expects them"
 DESCRIPTION = ("Copy submissions from an LMS download (zip or folder) into grading/submitted/. Understands Canvas "
@@ -15,8 +16,11 @@ DESCRIPTION = ("Copy submissions from an LMS download (zip or folder) into gradi
                "user ids and names are mapped to student ids through the roster's lms_user_id (import it first "
                "with `roster`). Of several attempts, the latest is collected. Wrong or missing file names are "
                "reported per student, and so are notebooks collected that cannot be graded (not valid JSON, not a "
-               "notebook): grading gives those students 'invalid notebook'. Exits 1 if anything was skipped or "
-               "nothing was collected.")
+               "notebook): grading gives those students 'invalid notebook'. Student ids are checked: "
+               f"{STUDENT_ID_RULE}; a file under any other id is not collected. The last line counts the students "
+               "collected and those with problems. Exit status: 0 when everything was collected; 1 when anything "
+               "was skipped or needs a look (the lines above say what) or nothing was collected; 2 when the source "
+               "cannot be read at all.")
 
 
 def add_arguments(parser) -> None:

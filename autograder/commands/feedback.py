@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import sys
+
 from autograder.course import Course
 
 HELP = "write per-student HTML feedback"
 DESCRIPTION = ("Write grading/feedback/<student>/<assignment>/<notebook>.html for every graded student: scores, and "
-               "each failing test's message (never the hidden tests' source).")
+               "each failing test's message (never the hidden tests' source). A student whose page cannot be made "
+               "(nbgrader fails on their notebook) gets a page with their score saying so, and every other student "
+               "still gets theirs. Exit status: 0 when every graded student has their feedback page; 1 when some "
+               "students got only that short page (named on stderr, counted in the last line); 2 when nothing could "
+               "be done (no such assignment, nothing graded).")
 
 
 def add_arguments(parser) -> None:
@@ -16,8 +22,11 @@ def add_arguments(parser) -> None:
 def run(args, course: Course) -> int:
     from autograder.grading.results.feedback import feedback
 
-    pages = feedback(course, args.assignment)
-    for page in pages:
+    result = feedback(course, args.assignment)
+    for page in result.pages:
         print(f"wrote {page.relative_to(course.root)}")
-    print(f"{len(pages)} feedback pages")
-    return 0
+    for student, why in result.problems.items():
+        print(f"{student}: only a page saying the feedback could not be made ({why})", file=sys.stderr)
+    print(f"{len(result.pages)} feedback pages, {len(result.problems)} student{'s' * (len(result.problems) != 1)} "
+          "with problems")
+    return 1 if result.problems else 0

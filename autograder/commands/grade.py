@@ -12,7 +12,10 @@ HELP = "autograde every collected submission, in parallel"
 DESCRIPTION = ("Autograde every submission in grading/submitted/ into the gradebook and grading/autograded/, several "
                "at once, each in its own fresh process with a time and memory limit. Writes grading/grades.csv "
                "(student_id, assignment, score, max_score, status). Submissions already graded and unchanged are "
-               "not graded again.")
+               "not graded again. Whatever one notebook holds or does, it ends in its student's own row (status and "
+               "detail say why) and every other student is graded; the last line counts the students per status and "
+               "those with problems (any status but graded and missing). Exit status: 0 when every student has a "
+               "row; 2 when grading could not run (no such assignment, nothing collected, no sandbox).")
 
 
 def add_arguments(parser) -> None:
@@ -61,6 +64,7 @@ def run(args, course: Course) -> int:
         for r in rows:
             counts[r.status] = counts.get(r.status, 0) + 1
         print_json({"assignment": args.assignment, "grades_csv": course.grading / GRADES_CSV, "counts": counts,
+                    "students_with_problems": len(with_problems(rows)),
                     "points_in_process": max((r.points_in_process for r in rows), default=0.0),
                     "points_by_hand": max((r.points_by_hand for r in rows), default=0.0),
                     "students": [{"student_id": r.student_id, "score": r.score, "max_score": r.max_score,
@@ -74,7 +78,9 @@ def run(args, course: Course) -> int:
     for r in rows:
         counts[r.status] = counts.get(r.status, 0) + 1
     print(decided_by_whom(rows))
-    print(", ".join(f"{n} {s}" for s, n in counts.items()) + f"; wrote {course.grading / GRADES_CSV}")
+    problems = len(with_problems(rows))  # (the table above names them, with why)
+    print(", ".join(f"{n} {s}" for s, n in counts.items()) + f"; wrote {course.grading / GRADES_CSV}; "
+          f"{problems} student{'s' * (problems != 1)} with problems")
     reasons: dict[str, list[str]] = {}
     for r in rows:
         if r.regraded:
@@ -88,6 +94,11 @@ def run(args, course: Course) -> int:
         print(f"{reused} already graded and unchanged (tests, grader and submission): not graded again "
               "(--force grades them again)", file=sys.stderr)
     return 0
+
+
+def with_problems(rows) -> list:
+    """Rows whose submission did not run as handed in to the end: their status and detail say why."""
+    return [r for r in rows if r.status not in ("graded", "missing")]
 
 
 def decided_by_whom(rows) -> str:

@@ -43,6 +43,7 @@ from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, Clea
                                     SaveAutoGrades)
 
 from autograder.course import Course, CourseError
+from autograder.grading.contained import Contained, outcome
 from autograder.grading.records import deadlines
 from autograder.grading.records.grades import Row, hand_graded, worsen, write_grades_csv
 from autograder.grading.records.submissions import (
@@ -106,7 +107,7 @@ def grade(course: Course, assignment: str, jobs: int | None = None, limits: Limi
         bar = GradingProgress(len(students), progress)
         tasks = _prepared_tasks(grader, students, force, rows, bar, warm=not scheduler)
         for task, execution in _run(tasks, jobs, scheduler):
-            row = grader.finish_task(task, execution)
+            row = grader.finish_task_or_say_why(task, execution)
             if row is not None:
                 rows[task.student_id] = row
                 bar.advance(1, task.student_id)
@@ -134,7 +135,7 @@ def _prepared_tasks(grader: "_Grader", students: list[str], force: bool, rows: d
             continue
         if warm:
             warm_up()  # at once when already running
-        row, student_tasks = grader.prepare(student)
+        row, student_tasks = grader.prepare_or_say_why(student)
         row.regraded = "" if force else grader.regrade_reasons.get(student, "")
         if student_tasks:
             grader.pending[student] = (row, len(student_tasks))
@@ -161,7 +162,7 @@ def _run(tasks, jobs: int, scheduler: str | None, ahead: int = 32):
         with Client(scheduler) as client:
             futures = {client.submit(run_task, task, pure=False): task for task in tasks}
             for future in as_completed(futures):
-                yield futures[future], future.result()
+                yield futures[future], outcome(future)
         return
     tasks, ready = iter(tasks), deque()
 
@@ -191,10 +192,10 @@ def _run(tasks, jobs: int, scheduler: str | None, ahead: int = 32):
                     more = prepare_one()
             if not done:
                 done, _ = wait(running, return_when=FIRST_COMPLETED)
-            finished = [(running.pop(future), future.result()) for future in done]
+            finished = [(running.pop(future), outcome(future)) for future in done]
 
 
-class _Grader:
+class _Grader(Contained):
     """The gradebook side of grading one assignment (runs only in the coordinating process)."""
 
     def __init__(self, course: Course, assignment: str, limits: Limits) -> None:

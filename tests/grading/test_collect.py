@@ -353,6 +353,19 @@ def test_a_corrupt_zip_entry_is_refused_for_that_student_only(course_copy, tmp_p
     assert (_submitted(course, "bob") / NOTEBOOK).read_bytes() == b'{"marker": "BOB-DATA"}'
 
 
+def test_a_zip_entry_with_an_impossible_date_is_refused_for_that_student_only(course_copy, tmp_path):
+    course = course_copy
+    source = tmp_path / "download.zip"
+    with zipfile.ZipFile(source, "w") as archive:
+        archive.writestr(zipfile.ZipInfo("alice/" + NOTEBOOK, date_time=(1980, 0, 0, 0, 0, 0)), b"{}")  # month 0
+        archive.writestr(zipfile.ZipInfo("bob/" + NOTEBOOK, date_time=(2026, 3, 14, 9, 0, 0)), b"{}")
+
+    results = _by_student(collect(course, ASSIGNMENT, source))
+
+    assert results["alice"].collected == [] and results["bob"].collected == [NOTEBOOK]
+    assert f'refused "{NOTEBOOK}": its date in the zip is not a date' in results["alice"].problems
+
+
 def test_the_demo_class_collects_cleanly(course_copy):
     results = collect(course_copy, ASSIGNMENT, DEMO_ROOT / ASSIGNMENT)
 

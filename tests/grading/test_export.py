@@ -9,6 +9,7 @@ import pytest
 from autograder.course import CourseError
 from autograder.grading.results.export import export
 from autograder.grading.records.grades import Row, write_grades_csv
+from autograder.grading.records.spreadsheet import neutral
 
 ASSIGNMENT = "01_first_function"
 TESTS = [("test_a", 1.0), ("test_b", 2.0), ("test_c", 3.0)]
@@ -78,3 +79,14 @@ def test_canvas_plain_and_per_test_csv(graded, tmp_path):
 def test_export_before_grading_is_one_clear_error(course_copy, tmp_path):
     with pytest.raises(CourseError, match="run `python -m autograder grade 01_first_function` first"):
         export(course_copy, ASSIGNMENT, tmp_path / "out")
+
+
+@pytest.mark.parametrize("cell, written", [
+    ("=HYPERLINK(\"https://evil.example\",\"x\")", "'=HYPERLINK(\"https://evil.example\",\"x\")"),
+    ("+cmd|' /C calc'!A0", "'+cmd|' /C calc'!A0"), ("@SUM(1+1)", "'@SUM(1+1)"), ("-2-3", "'-2-3"),
+    ("\t=1", "'\t'=1"), ("  =1", "  '=1"), ("Doe, =1+1", "Doe, '=1+1"), ("a;@A1", "a;'@A1"),
+    ("-1.5", "-1.5"), ("+3", "+3"), ("2e3", "2e3"), ("11", "11"), ("", ""), (None, ""), (2.5, "2.5"),
+    ("Núñez, José", "Núñez, José"), ("jane.doe@uni.edu", "jane.doe@uni.edu"), ("1 day 2 h", "1 day 2 h"),
+])
+def test_a_cell_a_spreadsheet_would_run_is_written_as_text_once(cell, written):
+    assert neutral(cell) == written and neutral(written) == written  # (grades.csv is read back and rewritten)

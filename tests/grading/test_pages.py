@@ -142,3 +142,36 @@ def test_a_page_loses_its_cdn_mathjax_and_gains_the_wrapping_style():
             "<!-- End of mathjax configuration --></head><body></body></html>")
     finished = self_contained(page)
     assert "<script" not in finished and "white-space: pre-wrap; overflow-wrap: anywhere;" in finished
+
+
+def test_a_student_s_markup_names_no_element_and_the_course_s_keeps_its_anchors():
+    clobbering = ('<span id="derive_attention" class="full-credit score" name="x" form="f" data-link="y">a</span> '
+                  '<a href="#t" id="t2" class="tabbable">b</a>\n\n# test_net')
+    student = markdown_to_html(clobbering)
+    assert not re.search(r"\s(id|class|name|form|data-link)=", student), student
+    assert "<span>a</span>" in student and "test_net" in student
+    assert 'id="Heading"' in markdown_to_html("# Heading", course_markup=True)  # the course's own headings
+
+
+def test_maths_keeps_form_only_as_mathml_means_it():
+    assert 'form="prefix"' in render_math("\\left( x \\right)")
+    assert "form=" not in render_math("\\mathrm{x}")
+
+
+def test_attached_images_are_shown_from_their_checked_bytes_and_others_named():
+    png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+    attachments = {"d.png": {"image/png": png}, "s.svg": {"image/svg+xml": "<svg onload=alert(1)/>"},
+                   "bad.jpg": {"image/jpeg": '" onerror="alert(1)'}, "unused.gif": {"image/gif": "R0lGODlh"}}
+    html = markdown_to_html("![photo](attachment:d.png) ![v](attachment:s.svg) ![b](attachment:bad.jpg) "
+                            "![gone](attachment:none.png)", attachments=attachments)
+    assert f'<img src="data:image/png;base64,{png}" alt="d.png">' in html
+    assert '[attachment "s.svg": not an image this page can show (image/svg+xml)]' in html
+    assert '[attachment "bad.jpg": not an image this page can show (image/jpeg)]' in html
+    assert '[attachment "none.png": not in the notebook]' in html
+    assert "Attached: " in html and 'src="data:image/gif;base64,R0lGODlh"' in html  # not shown in the text: listed
+    assert _active(html) == [] and html.count("<img") == 2
+
+
+def test_markdown_with_thousands_of_tags_is_shown_as_text():
+    html = markdown_to_html("<div>" * 30_000 + "x")
+    assert html.startswith("<pre>&lt;div&gt;") and "<div>" not in html

@@ -39,6 +39,9 @@ def test_roster_adds_students_with_names_and_updates_them_again(course_copy, tmp
     ("name,email\nada,a@x\n", "must name the columns, one of them `id`"),
     ("id,first_name\nada,Ada\nada,Ada again\n", "line 3: student ada is listed twice"),
     ("id\nada\n\n../etc\n", "line 4: invalid student id '../etc'"),  # the line in the file, blank ones counted
+    ("id\nada\n-2-3\n", "line 3: invalid student id '-2-3': a student id is 1 to 100 letters"),  # a formula
+    ("id\n@A1\n", "line 2: invalid student id '@A1'"),
+    ('id,first_name\nada,"<img src=x onerror=alert(1)>"\n', "line 2: first_name '<img src=x onerror=alert(1)>' has"),
     ("id\n", "lists no students"),
 ])
 def test_a_bad_roster_names_its_line_and_writes_nothing(course_copy, tmp_path, text, message):

@@ -379,21 +379,30 @@ def _zip_entries(archive: zipfile.ZipFile, outside: CollectResult) -> list[_Entr
         if ".." in parts:
             outside.problems.append(f'refused "{_shown(info.filename)}": the path leaves the folder (..)')
             continue
+        modified, bad_date = _zip_time(info)
         if info.is_dir() and parts and not _is_junk(parts):
-            entries.append(_Entry(parts, 0, datetime(*info.date_time).astimezone(timezone.utc), lambda: None,
-                                  empty_folder=True))  # dropped below if anything is in it
+            entries.append(_Entry(parts, 0, modified, lambda: None, empty_folder=True))  # dropped if anything is in it
         if info.is_dir() or not parts or _is_junk(parts):
             continue
         mode = info.external_attr >> 16
         refused = ("a symbolic link" if stat.S_ISLNK(mode)
                    else "encrypted" if info.flag_bits & 0x1
-                   else "not a regular file" if stat.S_IFMT(mode) not in (0, stat.S_IFREG) else "")
-        # Zip dates have no time zone; like unzip, read them as this machine's local time.
-        modified = datetime(*info.date_time).astimezone(timezone.utc)
+                   else "not a regular file" if stat.S_IFMT(mode) not in (0, stat.S_IFREG)
+                   else "its date in the zip is not a date" if bad_date else "")
         entries.append(_Entry(parts, info.file_size, modified, lambda info=info: archive.open(info), refused))
     files = [e.parts for e in entries if not e.empty_folder]
     return [e for e in entries if not e.empty_folder
             or not any(len(f) > len(e.parts) and f[:len(e.parts)] == e.parts for f in files)]
+
+
+def _zip_time(info: zipfile.ZipInfo) -> tuple[datetime, bool]:
+    """When a zip entry was written, in UTC, and whether its date was impossible (month 0: then 1980).
+
+    Zip dates have no time zone; like unzip, they are read as this machine's local time."""
+    try:
+        return datetime(*info.date_time).astimezone(timezone.utc), False
+    except (ValueError, OverflowError):
+        return datetime(1980, 1, 1, tzinfo=timezone.utc), True
 
 
 def _without_wrapper_folder(entries: list[_Entry]) -> list[_Entry]:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autograder.course import Course
+from autograder.grading.records.spreadsheet import CsvFile
 
 GRADES_CSV = "grades.csv"
 
@@ -63,19 +64,15 @@ def write_grades_csv(course: Course, assignment: str, rows: list[Row]) -> Path:
     path = course.grading / GRADES_CSV
     kept = []
     if path.exists():
-        with open(path, newline="") as f:
+        with open(path, newline="", encoding="utf-8") as f:
             kept = [r for r in csv.DictReader(f) if r.get("assignment") != assignment]
     fields = ["student_id", "assignment", "score", "max_score", "status", "detail", "late", "penalty",
               "to_grade_by_hand"]
-    temporary = path.with_suffix(".csv.tmp")
-    with open(temporary, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=fields)
-        writer.writeheader()
+    with CsvFile(path, fields) as writer:  # every cell safe to open in a spreadsheet
         writer.writerows(kept)
         for r in rows:
             writer.writerow({"student_id": r.student_id, "assignment": r.assignment, "score": f"{r.score:g}",
                              "max_score": f"{r.max_score:g}", "status": r.status, "detail": r.detail,
                              "late": r.late, "penalty": f"{r.penalty:g}" if r.penalty else "",
                              "to_grade_by_hand": r.to_grade_by_hand or ""})
-    temporary.replace(path)
     return path

@@ -34,12 +34,22 @@ LAYOUTS: dict[str, tuple[str, str]] = {
     "folders": ("path", r"(?P<student_id>[^/]+)/(?P<file_id>.+)"),
 }
 TIMESTAMP_FORMATS = ("%Y-%m-%d-%H-%M-%S", "%Y%m%d%H%M%S")
-STUDENT_ID = re.compile(r"[A-Za-z0-9._@-]{1,100}")
+# A student id is a folder name, a gradebook key and a cell of every CSV the course writes: it must not
+# start with a dot (a hidden folder) or with - + = @ (a spreadsheet formula, a command-line option).
+STUDENT_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._@-]{0,99}")
+STUDENT_ID_RULE = ("a student id is 1 to 100 letters, digits and . _ - @, and starts with a letter, a digit or _ "
+                   "(e.g. 12345, jdoe, jane.doe@uni.edu)")
 
 
 def is_valid_student_id(name: str) -> bool:
-    """A student id that is safe as a folder name: letters, digits and . _ - @, not only dots."""
-    return bool(STUDENT_ID.fullmatch(name)) and bool(name.strip("."))
+    """A student id that is safe as a folder name and as a spreadsheet cell (``STUDENT_ID_RULE``)."""
+    return bool(STUDENT_ID.fullmatch(name))
+
+
+def invalid_student_id(name: str) -> str:
+    """The one-line message for an id that is not valid."""
+    shown = name if name.isprintable() else repr(name)[1:-1]
+    return f"invalid student id '{shown[:120]}': {STUDENT_ID_RULE}"
 
 
 @dataclass(frozen=True)
@@ -141,12 +151,14 @@ class Roster:
                            (_name_key(full_name), self.by_name),
                            (_name_key(groups.get("sortable_name", "")), self.by_name)):
             if key and key in table:
-                return table[key], ""
+                found = table[key]  # a gradebook may hold ids made before ids were checked
+                return (found, "") if is_valid_student_id(found) else (
+                    None, f"{invalid_student_id(found)} (in the gradebook; nothing collected)")
         who = full_name or groups.get("sortable_name") or student_id or email
         lms = f" (LMS id {lms_id})" if lms_id else ""
         if student_id:  # the download names the student by id: it must be a usable one as it is
             if not is_valid_student_id(student_id):
-                return None, "invalid student id: use only letters, digits and . _ - @ (nothing collected)"
+                return None, f"{invalid_student_id(student_id)} (nothing collected)"
             guess = student_id
         else:  # made from a name or the LMS's number; the roster is the better source
             guess = next((c for c in (_as_id(groups.get("sortable_name", "")), _as_id(full_name.replace(" ", "_")),
@@ -191,7 +203,7 @@ def _name_key(name: str) -> str:
 def _as_id(text: str) -> str:
     """``text`` made into a valid student id (accents dropped), or '' if nothing is left."""
     ascii_text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode()
-    candidate = re.sub(r"[^A-Za-z0-9._@-]+", "_", ascii_text).strip("_")
+    candidate = re.sub(r"[^A-Za-z0-9._@-]+", "_", ascii_text).strip("_").lstrip(".@-")
     return candidate if is_valid_student_id(candidate) else ""
 
 

@@ -12,7 +12,7 @@ import csv
 from dataclasses import dataclass
 from pathlib import Path
 
-from autograder.grading.records.lms import is_valid_student_id
+from autograder.grading.records.lms import invalid_student_id, is_valid_student_id
 from autograder.course import Course, CourseError
 
 FIELDS = ("first_name", "last_name", "email", "lms_user_id")
@@ -29,8 +29,8 @@ def import_roster(course: Course, path: Path) -> RosterResult:
     """Add or update every student of the CSV roster at ``path`` in the course's gradebook.
 
     The whole file is checked before anything is written: one bad row (no id, an id that could
-    not be a folder name, a duplicate) raises CourseError naming its line, and the gradebook is
-    left as it was.
+    not be a folder name or starts like a spreadsheet formula, a duplicate, a name with markup)
+    raises CourseError naming its line, and the gradebook is left as it was.
     """
     students, ignored = _read(Path(path))
     added, updated = [], []
@@ -62,10 +62,13 @@ def _read(path: Path) -> tuple[dict[str, dict[str, str | None]], list[str]]:
         if not any(row.values()):
             continue  # a line of empty cells, as spreadsheets write them
         if not is_valid_student_id(student_id):
-            raise CourseError(f"{path}, line {line}: invalid student id {student_id!r} "
-                              "(use only letters, digits and . _ - @)")
+            raise CourseError(f"{path}, line {line}: {invalid_student_id(student_id)}")
         if student_id in students:
             raise CourseError(f"{path}, line {line}: student {student_id} is listed twice")
+        marked_up = next((f for f in FIELDS if any(c in (row.get(f) or "") for c in "<>")), None)
+        if marked_up:  # nbgrader's formgrader writes names into its pages as HTML, unescaped
+            raise CourseError(f"{path}, line {line}: {marked_up} {row[marked_up][:60]!r} has < or >: names, emails "
+                              "and LMS ids may not hold markup (the formgrader would run it)")
         students[student_id] = {f: row.get(f) or None for f in FIELDS}
     if not students:
         raise CourseError(f"{path} lists no students")

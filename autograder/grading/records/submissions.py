@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import nbformat
+from nbformat.corpus.words import generate_corpus_id
+
+from autograder.grading.running import untrusted_json
 
 MAX_NOTEBOOK_BYTES = 50 * 1024**2
+CELL_ID = re.compile(r"[a-zA-Z0-9_-]{1,64}")  # nbformat 4.5's cell id
 
 
 class InvalidNotebook(Exception):
@@ -27,15 +32,47 @@ def read_submission(path: Path):
     except UnicodeDecodeError as error:
         raise InvalidNotebook(f"the file is not UTF-8 text (byte {error.start}): it is not a notebook") from error
     try:
-        data = json.loads(text)
-    except ValueError as error:
-        raise InvalidNotebook(f"the file is not valid JSON ({error}): was it saved by Jupyter?") from error
+        data = untrusted_json.loads(text)
+    except ValueError as error:  # not JSON, nested too deep, a number too long
+        raise InvalidNotebook(f"the file is not valid JSON ({_short(error)}): was it saved by Jupyter?") from None
     if not isinstance(data, dict) or "cells" not in data and "worksheets" not in data:
         raise InvalidNotebook("the file is JSON but not a notebook")
+    why = misshapen(data) if "cells" in data else None  # (an nbformat 3 notebook is checked once converted)
     try:
-        return nbformat.reads(text, as_version=4)
+        notebook = None if why else nbformat.reads(json.dumps(data), as_version=4)  # the checked data
     except Exception as error:
-        raise InvalidNotebook(f"the notebook cannot be read ({error})") from error
+        why = _short(error)
+    why = why or misshapen(notebook)
+    if why:
+        raise InvalidNotebook(f"the notebook cannot be read ({why})")
+    for cell in notebook.cells:  # a cell id nbformat refuses would make every page of it fail to render
+        if "id" in cell and not (isinstance(cell.id, str) and CELL_ID.fullmatch(cell.id)):
+            cell.id = generate_corpus_id()
+    return notebook
+
+
+def misshapen(notebook) -> str | None:
+    """What in ``notebook`` is not shaped as the grader and nbgrader read it (nbformat only logs such errors)."""
+    if not isinstance(notebook.get("metadata", {}), dict) or not isinstance(notebook.get("cells"), list):
+        return "its metadata or cells are not what a notebook has"
+    for number, cell in enumerate(notebook["cells"], 1):
+        if not isinstance(cell, dict) or cell.get("cell_type") not in ("code", "markdown", "raw"):
+            return f"cell {number} is not a code, markdown or raw cell"
+        source, outputs, attachments = cell.get("source", ""), cell.get("outputs", []), cell.get("attachments", {})
+        if not (isinstance(source, str) or isinstance(source, list) and all(isinstance(s, str) for s in source)):
+            return f"cell {number}'s source is not text"
+        if not isinstance(cell.get("metadata", {}), dict):
+            return f"cell {number}'s metadata is not a JSON object"
+        if not (isinstance(outputs, list) and all(isinstance(o, dict) for o in outputs)):
+            return f"cell {number}'s outputs are not a list of outputs"
+        if not (isinstance(attachments, dict) and all(isinstance(a, dict) for a in attachments.values())):
+            return f"cell {number}'s attachments are not what a notebook has"
+    return None
+
+
+def _short(error: Exception) -> str:
+    text = " ".join(str(error).split())
+    return text if len(text) <= 300 else text[:300] + " ..."
 
 
 def write_problem_notebook(path: Path, problem: str) -> None:

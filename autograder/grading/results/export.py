@@ -10,6 +10,8 @@ LMS ids come from the roster in the gradebook, and per-test points from the grad
   makes a new one.
 - ``grades.csv``: one row per student with ``lms_user_id``, names, email, score, status, lateness.
 - ``per_test.csv``: one row per student, one column per test (its points), for analysing exercises.
+
+Every cell is written so that no spreadsheet runs it as a formula (``records.spreadsheet``).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from nbgrader.api import MissingEntry
 
 from autograder.course import Course, CourseError
 from autograder.grading.records.grades import GRADES_CSV, hand_graded
+from autograder.grading.records.spreadsheet import CsvFile
 
 CANVAS_FIXED = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
 
@@ -57,7 +60,7 @@ def export(course: Course, assignment: str, out_dir: Path, canvas_column: str | 
     column = canvas_column or assignment
 
     canvas = out_dir / "canvas.csv"
-    with _writer(canvas) as writer:
+    with CsvFile(canvas) as writer:
         writer.writerow(CANVAS_FIXED + [column])
         writer.writerow(["    Points Possible", "", "", "", "", max_score])
         for sid, row in rows.items():
@@ -66,7 +69,7 @@ def export(course: Course, assignment: str, out_dir: Path, canvas_column: str | 
             writer.writerow([name, person["lms_user_id"], "", sid, "", row["score"]])
 
     plain = out_dir / "grades.csv"
-    with _writer(plain) as writer:
+    with CsvFile(plain) as writer:
         writer.writerow(["student_id", "lms_user_id", "first_name", "last_name", "email", "assignment", "score",
                          "max_score", "status", "late", "penalty", "to_grade_by_hand"])
         for sid, row in rows.items():
@@ -76,7 +79,7 @@ def export(course: Course, assignment: str, out_dir: Path, canvas_column: str | 
                              row.get("penalty", ""), to_grade.get(sid, "") or ""])
 
     by_test = out_dir / "per_test.csv"
-    with _writer(by_test) as writer:
+    with CsvFile(by_test) as writer:
         writer.writerow(["student_id"] + [name for name, _ in tests] + ["total (before late penalty)"])
         writer.writerow(["max points"] + [f"{points:g}" for _, points in tests] + [f"{sum(p for _, p in tests):g}"])
         for sid in rows:
@@ -146,21 +149,3 @@ def _points(submission, tests: list[tuple[str, float]]) -> list[float]:
 def _person(student) -> dict[str, str]:
     fields = ("first_name", "last_name", "email", "lms_user_id")
     return {f: (getattr(student, f, None) or "") for f in fields}
-
-
-class _writer:
-    """A CSV writer on a file written whole or not at all (a temporary file, renamed)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path, self.temporary = path, path.with_suffix(".csv.tmp")
-
-    def __enter__(self):
-        self.stream = self.temporary.open("w", newline="", encoding="utf-8")
-        return csv.writer(self.stream)
-
-    def __exit__(self, kind, *_) -> None:
-        self.stream.close()
-        if kind is None:
-            self.temporary.replace(self.path)
-        else:
-            self.temporary.unlink(missing_ok=True)

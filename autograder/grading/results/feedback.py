@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import html
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
@@ -21,7 +22,8 @@ from traitlets import Any, Bool, List, Unicode
 from autograder.authoring.hints import strip_answer_hints
 from autograder.course import Course, CourseError
 from autograder.grading.records import deadlines
-from autograder.grading.results.markup import ATTRIBUTES, STUDENT_TAGS, markdown_to_html
+from autograder.grading.results.markup import STUDENT_ATTRIBUTES, STUDENT_TAGS, markdown_to_html
+from autograder.grading.running.protocol import defuse_markers
 
 HIDDEN_MARKERS = ("### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS")
 
@@ -35,12 +37,16 @@ class SanitizeStudentHTML(SanitizeHTML):
     keeps only for http, https and mailto, its maths is MathML, and the cleaned HTML replaces its
     source. A markdown cell the course released as it is (or without its answer-level hints) may
     keep the course's hint markup (``<details>``); any other markdown is the student's, and its
-    ``<details>`` is shown as text. (Configured in ``autograder/authoring/nbgrader_config.py``.)
+    ``<details>`` is shown as text. A student's markup and outputs keep no ``id``, ``name`` or
+    ``class`` (``markup.STUDENT_ATTRIBUTES``: the formgrader finds its score inputs by id and class),
+    a markdown output is rendered the same way, images pasted into a markdown cell are shown from
+    its attachments, and hidden-test markers in anything a student wrote are defused.
+    (Configured in ``autograder/authoring/nbgrader_config.py``.)
     """
 
     enabled = Bool(True).tag(config=True)
     tags = List(Unicode(), default_value=sorted(STUDENT_TAGS)).tag(config=True)
-    attributes = Any(ATTRIBUTES).tag(config=True)
+    attributes = Any(STUDENT_ATTRIBUTES).tag(config=True)
 
     def preprocess(self, nb, resources):
         self._course_markdown = released_markdown(CourseDirectory(config=self.config), resources)
@@ -49,11 +55,37 @@ class SanitizeStudentHTML(SanitizeHTML):
     def preprocess_cell(self, cell, resources, index):
         if cell.cell_type == "markdown":
             from_course = _normalised(cell.source) in getattr(self, "_course_markdown", set())
-            cleaned = markdown_to_html(cell.source, course_markup=from_course)
+            try:
+                cleaned = markdown_to_html(cell.source, course_markup=from_course, attachments=cell.get("attachments"))
+            except Exception:  # markdown its renderer cannot take (nested thousands deep): shown as text
+                cleaned = f"<pre>{html.escape(cell.source)}</pre>"
             # One HTML block without blank lines: the page's own markdown rendering passes it through as it is.
-            cell.source = "<div>" + re.sub(r"\n\s*\n", "\n", cleaned) + "</div>"
+            cell.source = "<div>" + re.sub(r"\n\s*\n", "\n", defuse_markers(cleaned)) + "</div>"
             return cell, resources
-        return super().preprocess_cell(cell, resources, index)
+        cell, resources = super().preprocess_cell(cell, resources, index)
+        if "outputs" in cell:
+            cell.outputs = nbformat.from_dict(defuse_markers(cell.outputs))
+        return cell, resources
+
+    def sanitize_code_outputs(self, outputs):
+        """nbconvert's cleaning of outputs, with a markdown output rendered (and cleaned) as the student's
+        markdown is (nbconvert's own rendering would give its headings ids), and no file names in an output's
+        metadata (the page would load an image from wherever they point)."""
+        markdown = {}
+        for index, output in enumerate(outputs):
+            data = output.get("data") if output.get("output_type") in ("display_data", "execute_result") else None
+            if isinstance(output.get("metadata"), dict):
+                output.metadata.pop("filenames", None)
+            if isinstance(data, dict) and isinstance(data.get("text/markdown"), str):
+                markdown[index] = data.pop("text/markdown")
+        outputs = super().sanitize_code_outputs(outputs)
+        for index, text in markdown.items():
+            data = outputs[index].data
+            try:
+                data.setdefault("text/html", markdown_to_html(text))
+            except Exception:  # shown as text, as any markdown its renderer cannot take
+                data.setdefault("text/plain", text)
+        return outputs
 
 
 def released_markdown(coursedir: CourseDirectory, resources: dict) -> set[str]:
@@ -80,22 +112,69 @@ def _normalised(source: str) -> str:
     return " ".join(source.split())
 
 
-def feedback(course: Course, assignment: str) -> list[Path]:
-    """Write grading/feedback/<student>/<assignment>/*.html for every graded student; return the pages."""
+@dataclass
+class Feedback:
+    pages: list[Path]
+    problems: dict[str, str]  # student -> why their page says only that their feedback could not be made
+
+
+def feedback(course: Course, assignment: str) -> Feedback:
+    """Write grading/feedback/<student>/<assignment>/*.html for every graded student.
+
+    One student's notebook never costs another student their page: a student whose page nbgrader
+    could not make, or whose page would show hidden tests' markers, gets a page that says so, with
+    their score, and is listed in ``problems``; every other page is finished as usual.
+    """
     course.check_assignment(assignment)
     autograded = course.grading / "autograded"
-    if not any(autograded.glob(f"*/{assignment}")):
+    students = sorted(p.parent.name for p in autograded.glob(f"*/{assignment}")
+                      if p.is_dir() and not p.parent.name.startswith("."))
+    if not students:
         raise CourseError(f"nothing graded yet for {assignment}: run `python -m autograder grade {assignment}` first")
-    course.nbgrader("generate_feedback", assignment, "--force", "--log-level=ERROR")
+    run = course.nbgrader("generate_feedback", assignment, "--force", "--log-level=ERROR", check=False)
+    problems = {}
+    for student in students:
+        folder = course.grading / "feedback" / student / assignment
+        for notebook in sorted((autograded / student / assignment).glob("*.ipynb")):
+            page = folder / f"{notebook.stem}.html"
+            text = page.read_text(encoding="utf-8", errors="replace") if page.is_file() else None
+            if text is None:
+                problems[student] = _nbgrader_error(run.stdout + run.stderr, student) or \
+                    f"nbgrader could not make the page (exit {run.returncode})"
+            elif any(marker in text for marker in HIDDEN_MARKERS):
+                problems[student] = "the page would show text marking hidden tests"
+            else:
+                page.write_text(self_contained(text), encoding="utf-8")
+                continue
+            folder.mkdir(parents=True, exist_ok=True)
+            page.write_text(_unfinished_page(course, assignment, student, notebook.stem), encoding="utf-8")
     pages = sorted((course.grading / "feedback").glob(f"*/{assignment}/*.html"))
-    for page in pages:
-        text = page.read_text(encoding="utf-8")
-        if any(marker in text for marker in HIDDEN_MARKERS):
-            page.unlink()
-            raise CourseError(f"{page} would show hidden tests; it was deleted (check the feedback settings)")
-        page.write_text(self_contained(text), encoding="utf-8")
     _mark_late_pages(course, assignment, pages)
-    return pages
+    return Feedback(pages, problems)
+
+
+def _nbgrader_error(log: str, student: str) -> str:
+    """The last line of the error nbgrader logged for ``student``'s notebook, if it logged one."""
+    found = re.search(rf"error processing assignment: \S*/{re.escape(student)}/\S*\n(.*?)(?=\n\[|\Z)", log, re.S)
+    lines = found.group(1).strip().splitlines() if found else []
+    text = " ".join(lines[-1].split())[:300] if lines else ""
+    return text if text.isprintable() else repr(text)[1:-1]  # it may quote the notebook: no terminal escapes
+
+
+def _unfinished_page(course: Course, assignment: str, student: str, notebook: str) -> str:
+    """The page of a student whose feedback could not be made: their score, and that the instructor knows."""
+    try:
+        with course.gradebook() as gb:
+            graded = gb.find_submission_notebook(notebook, assignment, student)
+            score = f"{graded.score:g} / {graded.max_score:g}"
+    except Exception:  # not in the gradebook: the page still says what happened
+        score = "not recorded"
+    return self_contained(
+        f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{html.escape(notebook)}</title></head><body>"
+        f"<h1>{html.escape(notebook)}</h1><p>Score: {html.escape(score)}</p>"
+        "<p>Your detailed feedback for this notebook could not be shown: something in the notebook kept the "
+        "grader from making this page. Your instructor has been told and can show you your graded notebook.</p>"
+        "</body></html>")
 
 
 # nbgrader's feedback template loads MathJax from a CDN, whatever HTMLExporter.mathjax_url says; the

@@ -9,10 +9,19 @@ so a student's ``\\href{javascript:...}`` is as inert as their ``<script>``.
 
 Two levels of trust: the course's own markdown may use the hint markup (``<details>``,
 ``<summary>``) on top of bleach's safe list; a student's markdown may not (it is shown as text).
+A student's markup also keeps no ``id``, ``name`` or ``class``: on nbgrader's formgrader page an
+element with a score input's id, or a class its script selects on (``score``, ``full-credit``,
+``tabbable``...), would take that input's place (DOM clobbering), and one click would score other answers.
+
+Images a student pasted into a markdown cell (its ``attachments``: a photo of a handwritten
+derivation) are shown inline when they are PNG, JPEG, GIF or WebP, from the notebook itself (a
+``data:`` URL of the checked bytes: the page fetches nothing); any other attachment is named, not shown.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import html
 import re
 import secrets
@@ -30,7 +39,11 @@ STUDENT_TAGS = frozenset(bleach.ALLOWED_TAGS) | {
 # The course's own markdown adds its hint markup (issue 27's convention: <details><summary>Hint N</summary>)
 # and its images.
 COURSE_TAGS = STUDENT_TAGS | {"details", "summary", "img"}
-ATTRIBUTES = {**bleach.ALLOWED_ATTRIBUTES, "*": ["id", "class", "title"], "img": ["src", "alt"]}
+# What a student's markup keeps: nothing that names an element or that the formgrader's script selects on.
+STUDENT_ATTRIBUTES = {**bleach.ALLOWED_ATTRIBUTES, "*": ["title"]}
+ATTRIBUTES = {**bleach.ALLOWED_ATTRIBUTES, "*": ["id", "class", "title"], "img": ["src", "alt"]}  # the course's
+# Attached images shown inline (as data: URLs of their checked bytes); SVG is left out (it is a document).
+SHOWN_IMAGES = ("image/png", "image/jpeg", "image/gif", "image/webp")
 
 # MathML that latex2mathml writes (MathML Core plus menclose/mfenced), and its presentation attributes.
 MATHML_TAGS = frozenset({
@@ -43,6 +56,7 @@ MATHML_ATTRIBUTES = ["display", "mathvariant", "stretchy", "fence", "separator",
                      "frame", "width", "height", "depth", "notation", "displaystyle", "scriptlevel", "form",
                      "largeop", "symmetric", "open", "close", "columnspan", "rowspan", "encoding"]
 CSS = CSSSanitizer(allowed_css_properties=[])
+MAX_TAGS = 5000  # markdown with more tags than this is shown as its text
 
 
 def render_math(tex: str, display: bool = False) -> str:
@@ -52,22 +66,40 @@ def render_math(tex: str, display: bool = False) -> str:
     except Exception:  # any TeX it cannot convert: the source, readable, is better than nothing
         delimiter = "$$" if display else "$"
         return f'<code class="tex">{html.escape(delimiter + tex + delimiter)}</code>'
-    return bleach.clean(mathml, tags=MATHML_TAGS, attributes={"*": MATHML_ATTRIBUTES}, strip=True,
-                        strip_comments=True)
+    return bleach.clean(mathml, tags=MATHML_TAGS, attributes=_mathml_attribute, strip=True, strip_comments=True)
+
+
+def _mathml_attribute(tag: str, name: str, value: str) -> bool:
+    """MathML's presentation attributes; ``form`` only as MathML means it (an operator's position)."""
+    return name in MATHML_ATTRIBUTES and (name != "form" or value in ("prefix", "infix", "postfix"))
 
 
 class _MathPlaceholders(IPythonRenderer):
-    """nbconvert's markdown renderer, with each formula replaced by a placeholder to fill in after cleaning."""
+    """nbconvert's markdown renderer, with each formula (and attached image) replaced by a placeholder to
+    fill in after cleaning."""
 
-    def __init__(self):
+    def __init__(self, attachments: dict | None = None):
         super().__init__(escape=False)
         self.nonce = secrets.token_hex(8)  # a student cannot write a placeholder in advance
-        self.formulas: dict[str, tuple[str, str]] = {}  # placeholder -> (TeX, MathML)
+        self.formulas: dict[str, tuple[str, str]] = {}  # placeholder -> (its text inside a tag, its HTML)
+        self.attachments = attachments if isinstance(attachments, dict) else {}
+        self.shown: set[str] = set()  # attachments the markdown shows
 
     def _hold(self, tex: str, display: bool) -> str:
+        return self.placeholder(tex, render_math(tex, display))
+
+    def placeholder(self, text: str, shown: str) -> str:
         key = f"math{self.nonce}n{len(self.formulas)}"
-        self.formulas[key] = (tex, render_math(tex, display))
+        self.formulas[key] = (text, shown)
         return key
+
+    def image(self, text: str, url: str, title: str | None = None) -> str:
+        """An attached image inline (``![alt](attachment:name)``); any other image as markdown renders it."""
+        if not url.startswith("attachment:"):
+            return super().image(text, url, title)
+        name = url[len("attachment:"):]
+        self.shown.add(name)
+        return self.placeholder(name, attached_image(name, self.attachments.get(name)))
 
     def inline_math(self, body: str) -> str:
         return self._hold(body, display=False)
@@ -79,14 +111,43 @@ class _MathPlaceholders(IPythonRenderer):
         return self._hold(f"\\begin{{{name}}}{body}\\end{{{name}}}", display=True)
 
 
-def markdown_to_html(source: str, course_markup: bool = False) -> str:
+def attached_image(name: str, bundle) -> str:
+    """HTML for attachment ``name`` (its mime bundle): an ``<img>`` of its checked bytes, else a note naming it."""
+    shown = html.escape(name)
+    for kind in SHOWN_IMAGES:
+        data = bundle.get(kind) if isinstance(bundle, dict) else None
+        if isinstance(data, list):
+            data = "".join(d for d in data if isinstance(d, str))
+        try:
+            raw = base64.b64decode(re.sub(r"\s+", "", data), validate=True) if isinstance(data, str) else b""
+        except (binascii.Error, ValueError):
+            raw = b""
+        if raw:
+            return (f'<img src="data:{kind};base64,{base64.b64encode(raw).decode()}" '
+                    f'alt="{html.escape(name, quote=True)}">')
+    kinds = ", ".join(html.escape(str(k)) for k in bundle) if isinstance(bundle, dict) and bundle else ""
+    why = f"not an image this page can show ({kinds})" if kinds else "not in the notebook"
+    return f'<em class="attachment">[attachment "{shown}": {why}]</em>'
+
+
+def markdown_to_html(source: str, course_markup: bool = False, attachments: dict | None = None) -> str:
     """Markdown to cleaned HTML with MathML maths; ``course_markup`` allows the course's hint blocks.
 
-    Disallowed tags are escaped (shown as text), not dropped, so a student sees what they wrote.
+    Disallowed tags are escaped (shown as text), not dropped, so a student sees what they wrote; markdown
+    with over ``MAX_TAGS`` tags is shown as text whole. ``attachments`` (a markdown cell's) are shown
+    where the markdown shows them, and listed after it where it does not.
     """
-    renderer = _MathPlaceholders()
+    if source.count("<") > MAX_TAGS:  # bleach's parser takes time quadratic in nesting: 30,000 <div> take minutes
+        return f"<pre>{html.escape(source)}</pre>"
+    renderer = _MathPlaceholders(attachments)
     rendered = MarkdownWithMath(renderer=renderer).render(source)
-    cleaned = bleach.clean(rendered, tags=COURSE_TAGS if course_markup else STUDENT_TAGS, attributes=ATTRIBUTES,
+    unshown = [name for name in renderer.attachments if name not in renderer.shown]
+    if unshown:  # attached but never shown in the text: listed, so the grader sees them too
+        rendered += "<p>Attached: " + " ".join(
+            renderer.placeholder(str(name), attached_image(str(name), renderer.attachments[name]))
+            for name in unshown) + "</p>"
+    cleaned = bleach.clean(rendered, tags=COURSE_TAGS if course_markup else STUDENT_TAGS,
+                           attributes=ATTRIBUTES if course_markup else STUDENT_ATTRIBUTES,
                            css_sanitizer=CSS, strip=False, strip_comments=True)
     if not renderer.formulas:
         return cleaned

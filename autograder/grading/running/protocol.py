@@ -11,6 +11,8 @@ import json
 import threading
 import time
 
+from autograder.grading.running import untrusted_json
+
 NOTEBOOK_OUTPUT_CHARS = 5_000_000  # all of a notebook's outputs together (one cell keeps Limits.output_chars)
 
 
@@ -79,6 +81,7 @@ class Messages:
         kept = []
         for output in outputs:
             check_output(output)
+            output = defuse_markers(output)
             size = len(json.dumps(output))
             if output["output_type"] == "error":
                 output = error_output(str(output["ename"])[:200], str(output["evalue"])[:10_000]) if size > 20_000 else output
@@ -106,9 +109,9 @@ def receive(connection, process, deadline: float, max_bytes: int):
     finally:
         watchdog.cancel()
     try:
-        return json.loads(data)
-    except ValueError:
-        raise ProtocolError("not JSON") from None
+        return untrusted_json.loads(data)
+    except ValueError as error:  # too deep, a number too long, not JSON at all
+        raise ProtocolError(f"not JSON the grader reads: {str(error)[:200]}") from None
 
 
 def tell(connection, message: list) -> bool:
@@ -148,4 +151,22 @@ def send(connection, message: list) -> None:
 
 
 def error_output(name: str, value: str) -> dict:
+    """An error output the grader writes (a referee's verdict, a death): its text may quote the student's."""
+    name, value = defuse_markers(name), defuse_markers(value)
     return {"output_type": "error", "ename": name, "evalue": value, "traceback": [f"{name}: {value}"]}
+
+
+MARKER_WORDS = "HIDDEN TESTS"  # the words of nbgrader's markers "### BEGIN/END HIDDEN TESTS"
+
+
+def defuse_markers(value):
+    """``value`` (a text, or an output made of texts) with nbgrader's hidden-test markers defused
+    ("HIDDEN TESTS" becomes "HIDDEN_TESTS"): whatever a student prints, raises or makes the grader quote
+    never looks like hidden tests on a page, where it would make that page refused."""
+    if isinstance(value, str):
+        return value.replace(MARKER_WORDS, "HIDDEN_TESTS") if MARKER_WORDS in value else value
+    if isinstance(value, list):
+        return [defuse_markers(v) for v in value]
+    if isinstance(value, dict):
+        return {defuse_markers(k): defuse_markers(v) for k, v in value.items()}
+    return value

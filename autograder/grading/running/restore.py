@@ -24,8 +24,9 @@ import nbformat
 from nbgrader.api import Gradebook
 from nbgrader.preprocessors import NbGraderPreprocessor
 
+from autograder.grading.running.protocol import defuse_markers
+
 RESTORED_NOTE = "*The test below was missing from the submission; the grader put it back.*"
-MARKER_WORDS = "HIDDEN TESTS"  # the words of nbgrader's markers "### BEGIN/END HIDDEN TESTS"
 
 
 def _grade_id(cell) -> str | None:
@@ -82,8 +83,8 @@ class RestoreTests(NbGraderPreprocessor):
             at = min(later, default=len(nb.cells))
             nb.cells[at:at] = new
         for cell in nb.cells:
-            if not cell.get("metadata", {}).get("nbgrader", {}).get("grade") and MARKER_WORDS in cell.source:
-                cell.source = cell.source.replace(MARKER_WORDS, MARKER_WORDS.replace(" ", "_"))
+            if not cell.get("metadata", {}).get("nbgrader", {}).get("grade"):
+                cell.source = defuse_markers(cell.source)
         if nb.nbformat_minor < 5:
             for cell in nb.cells:
                 cell.pop("id", None)
