@@ -172,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for path in changed:
         print(f"added the setup cell to {path}")
-    print(f"{len(changed)} notebooks changed; run `make release` to carry the cell into course/")
+    print(f"notebooks changed: {len(changed)}; run `make release` to carry the cell into course/")
     return 0
 
 

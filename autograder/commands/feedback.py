@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from autograder.commands import count
 from autograder.course import Course
 
 HELP = "write per-student HTML feedback"
@@ -19,5 +20,5 @@ def run(args, course: Course) -> int:
     pages = feedback(course, args.assignment)
     for page in pages:
         print(f"wrote {page.relative_to(course.root)}")
-    print(f"{len(pages)} feedback pages")
+    print(count(len(pages), "feedback page"))
     return 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
-from autograder.commands import add_json_flag, print_json
+from autograder.commands import add_json_flag, count, print_json
 from autograder.course import Course, CourseError
 
 HELP = "autograde every collected submission, in parallel"
@@ -106,8 +106,8 @@ def decided_by_whom(rows) -> str:
     if by_hand:
         waiting = sum(r.to_grade_by_hand for r in graded)
         line += (f"; {by_hand:g} points are answers graded by hand"
-                 + (f": {waiting} answer{'s' * (waiting != 1)} of {sum(r.to_grade_by_hand > 0 for r in graded)} "
-                    f"students await you in the formgrader (0 until scored; feedback, report and export read your scores)"
+                 + (f": {count(waiting, 'answer')} of {count(sum(r.to_grade_by_hand > 0 for r in graded), 'student')} "
+                    f"await you in the formgrader (0 until scored; feedback, report and export read your scores)"
                     if waiting else ", all scored"))
     return line
 
