@@ -271,7 +271,8 @@ class _Grader:
                 return False
             row.penalty = float(submission.late_submission_penalty or 0.0)
             row.score = float(submission.score) - row.penalty
-            row.late = deadlines.describe_lateness(submission.total_seconds_late)
+            row.late = deadlines.lateness(self.submitted / row.student_id / self.assignment,
+                                          submission.total_seconds_late)
             row.points_by_hand, row.to_grade_by_hand = hand_graded(submission)
             return True
 
@@ -281,13 +282,12 @@ class _Grader:
         """Register the submission and sanitize its notebooks; return its row so far and its tasks."""
         row = Row(student, self.assignment, 0.0, self.max_score)
         source = self.submitted / student / self.assignment
-        timestamp = self.coursedir.get_existing_timestamp(str(source))
+        timestamp = deadlines.submission_time(source, self.deadline, student,
+                                              self.coursedir.get_existing_timestamp(str(source)))
         with Gradebook(self.db_url, self.coursedir.course_id) as gb:
             gb.update_or_create_student(student)
-            if timestamp:
-                gb.update_or_create_submission(self.assignment, student, timestamp=timestamp)
-            else:
-                gb.update_or_create_submission(self.assignment, student)
+            # None when the LMS gave no time: a time from an earlier collect must not linger
+            gb.update_or_create_submission(self.assignment, student, timestamp=timestamp)
             if self.deadline_managed:
                 deadlines.record_extension(gb, self.assignment, student, self.deadline)
         staging = self.staging / student / self.assignment
