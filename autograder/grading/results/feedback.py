@@ -21,6 +21,7 @@ from traitlets import Any, Bool, List, Unicode
 from autograder.authoring.hints import strip_answer_hints
 from autograder.course import Course, CourseError
 from autograder.grading.records import deadlines
+from autograder.grading.records.grades import refresh_scores
 from autograder.grading.results.markup import ATTRIBUTES, STUDENT_TAGS, markdown_to_html
 
 HIDDEN_MARKERS = ("### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS")
@@ -87,6 +88,7 @@ def feedback(course: Course, assignment: str) -> list[Path]:
     if not any(autograded.glob(f"*/{assignment}")):
         raise CourseError(f"nothing graded yet for {assignment}: run `python -m autograder grade {assignment}` first")
     course.nbgrader("generate_feedback", assignment, "--force", "--log-level=ERROR")
+    refresh_scores(course, assignment)  # grades.csv agrees with the pages: scores given by hand since `grade`
     pages = sorted((course.grading / "feedback").glob(f"*/{assignment}/*.html"))
     for page in pages:
         text = page.read_text(encoding="utf-8")

@@ -7,7 +7,8 @@ sees what the class struggled with) and ``summary.html``: the same Markdown rend
 uploaded to an LMS. An exercise is a graded cell (grade_id): a test cell, or an answer graded by
 hand in the formgrader (05's derivations); a student passes it with full marks. Answers not yet
 scored by hand are counted apart, not as failures. If ``<grading>/grades.csv`` has a ``status``
-column, the summary also counts the grading statuses (graded, timed out, ...).
+column, the summary also counts the grading statuses (graded, timed out, ...); its scores are
+brought up to the gradebook's first (``records.grades.refresh_scores``), so the two agree.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from matplotlib.ticker import MaxNLocator
 from nbgrader.api import Gradebook, MissingEntry
 
 from autograder.course import Course, CourseError
-from autograder.grading.records.grades import is_by_hand
+from autograder.grading.records.grades import is_by_hand, refresh_scores
 from autograder.grading.results.markup import markdown_to_html
 
 
@@ -73,6 +74,7 @@ def report(course: Course, assignment: str, out_dir: Path) -> Report:
     submission of it has been graded.
     """
     result = _read_gradebook(course, assignment)
+    refresh_scores(course, assignment)
     result.statuses = _read_statuses(course.grading / "grades.csv", assignment)
     result.late = _read_late(course.grading / "grades.csv", assignment)
     out_dir = Path(out_dir)
