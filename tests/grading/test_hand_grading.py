@@ -45,6 +45,10 @@ def test_derivations_scored_in_the_formgrader_count_in_grades_report_export_and_
     assert "10 points are answers graded by hand: 5 answers of 1 student await you in the formgrader" in graded.stdout
     waiting = report(course, ASSIGNMENT, tmp_path / "report-before")
     assert "answers still to grade by hand" in waiting.summary.read_text()
+    # Not graded yet: after every exercise with a final pass rate, labelled, never a 0% at the top.
+    table = [line for line in waiting.summary.read_text().splitlines() if line.startswith("| ")][1:]
+    assert [line.startswith("| derive_") for line in table] == [False] * (len(table) - 5) + [True] * 5
+    assert all(line.endswith("| 0/1, 1 not graded yet | not graded yet |") for line in table[-5:]), table
 
     with course.gradebook() as gb:
         submission = gb.find_submission_notebook(ASSIGNMENT, ASSIGNMENT, "ada").id
