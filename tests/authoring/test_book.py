@@ -105,6 +105,17 @@ def test_every_chapter_has_a_page_listed_in_the_index_under_its_title(built_book
         assert f"<title>{title}" in page.read_text(encoding="utf-8"), f"{page.name}: wrong <title>"
 
 
+def test_a_chapter_opens_with_its_title_and_shows_no_setup_cell_and_no_placeholder(built_book):
+    """The notebooks' Colab setup cell is not in the book (its Colab link opens the student notebook, which
+    has its own), so a chapter opens with its title; no placeholder address anywhere."""
+    for solution in _solutions(built_book.course):
+        html = _page(built_book, solution).read_text(encoding="utf-8")
+        article = html[html.index("<article"):]
+        assert article.index("<h1") < article.index('class="cell docutils container"'), f"{solution.name}: not title first"
+        text = Page(_page(built_book, solution)).visible_text
+        assert "google.colab" not in text and "OWNER/NAME" not in text and "YOUR-ORG" not in text, solution.name
+
+
 def test_chapters_show_the_answers_folded_and_never_the_hidden_tests(built_book):
     for solution in _solutions(built_book.course):
         cells = read_notebook(solution)["cells"]

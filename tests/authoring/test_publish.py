@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from autograder.authoring.colab import REPOSITORY_VARIABLE, binder_url, colab_url, setup_source
+from autograder.authoring.colab import (CELL_ID, REPOSITORY_VARIABLE, binder_url, colab_url, setup_source,
+                                        title_position)
 from autograder.course import Course
 from autograder.authoring.publish import publish
 from conftest import CLASS_REPOSITORY, REPO, filled_release, read_notebook, solution_answers, source
@@ -156,7 +157,10 @@ def test_the_distribution_is_what_students_need_and_no_instructor_tool(dist):
     assert binder_url(CLASS_REPOSITORY, "course") in readme and "solutions/" not in readme
     assert f'student-repository = "{CLASS_REPOSITORY}"' in (dist / "pyproject.toml").read_text()
     for notebook in (dist / "course").glob("*/*.ipynb"):  # on Colab, each installs the library from there
-        assert source(read_notebook(notebook)["cells"][0]) == setup_source(CLASS_REPOSITORY), notebook
+        cells = read_notebook(notebook)["cells"]
+        [index] = [i for i, cell in enumerate(cells) if cell.get("id") == CELL_ID]
+        assert source(cells[index]) == setup_source(CLASS_REPOSITORY), notebook
+        assert index == title_position(cells[:index] + cells[index + 1:]) > 0, f"{notebook}: below its title"
     # Installed as a copy (with its Jupyter settings), by conda and by Binder as by make.
     assert "- .[jupyter]" in (dist / "environment.yml").read_text()
     assert ".[jupyter]" in (dist / "binder" / "requirements.txt").read_text().splitlines()
