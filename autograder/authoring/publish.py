@@ -31,7 +31,7 @@ from pathlib import Path
 
 from autograder.authoring.colab import add_setup_cell, binder_url, checked_repository, links_table, student_repository
 from autograder.authoring.hints import answer_hints, restore_answer_hints, strip_notebook
-from autograder.course import Course, CourseError
+from autograder.course import Course, CourseError, is_dropping
 
 TEMPLATES = Path(__file__).resolve().parent / "student_edition"
 # A student distribution ships the student's library and what `python -m autograder check` needs
@@ -193,7 +193,8 @@ def _not_editable(requirements: str) -> str:
 
 
 def _junk(folder: str, names: list[str]) -> list[str]:
-    return [n for n in names if n in ("__pycache__", ".ipynb_checkpoints") or n.endswith(".pyc")]
+    """For shutil.copytree: Jupyter's checkpoints, caches and editors' droppings are not copied."""
+    return [n for n in names if is_dropping(n)]
 
 
 def _student_environment(course: Course) -> str:

@@ -42,7 +42,7 @@ from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, Clea
                                     IgnorePattern, LimitOutput, OverwriteCells, OverwriteKernelspec,
                                     SaveAutoGrades)
 
-from autograder.course import Course, CourseError
+from autograder.course import Course, CourseError, is_dropping
 from autograder.grading.records import deadlines
 from autograder.grading.records.grades import Row, hand_graded, worsen, write_grades_csv
 from autograder.grading.records.submissions import (
@@ -348,8 +348,7 @@ class _Grader:
         source = self.course.solutions / self.assignment
         for path in source.rglob("*"):
             relative = path.relative_to(source)
-            if path.is_file() and path.suffix != ".ipynb" and not any(
-                    part.startswith(".") or part == "__pycache__" for part in relative.parts):
+            if path.is_file() and path.suffix != ".ipynb" and not is_dropping(relative):
                 (staging / relative).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(path, staging / relative)
 

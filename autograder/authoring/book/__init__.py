@@ -35,7 +35,7 @@ import nbformat
 from nbgrader.preprocessors import ClearHiddenTests
 
 from autograder.authoring.colab import CELL_ID, binder_url, colab_url, student_repository
-from autograder.course import Course, CourseError
+from autograder.course import Course, CourseError, is_dropping
 
 CONF_DIR = Path(__file__).resolve().parent  # conf.py lives beside this file
 # The instructors' guide (grading, guarantees): Markdown pages of the book, linked from the README.
@@ -179,7 +179,7 @@ def _stage(book: list[Chapter], source: Path, repository: str | None) -> None:
 def _data_files(folder: Path) -> list[Path]:
     """The files beside an assignment's notebooks that are not notebooks (data a notebook reads)."""
     return sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix != ".ipynb"
-                  and not any(part.startswith(".") for part in p.relative_to(folder).parts))
+                  and not is_dropping(p.relative_to(folder)))
 
 
 def _zip(folder: Path, data: list[Path]) -> bytes:
