@@ -23,7 +23,7 @@ from playwright.sync_api import expect
 
 from autograder.authoring import book as book_module
 from autograder.authoring.book import build
-from autograder.authoring.colab import REPOSITORY_VARIABLE, binder_url, colab_url
+from autograder.authoring.colab import CELL_ID, REPOSITORY_VARIABLE, binder_url, colab_url
 from autograder.course import Course, CourseError
 from browsing import Steps
 from conftest import CLASS_REPOSITORY, REPO, read_notebook, source
@@ -227,7 +227,7 @@ def test_a_second_build_runs_no_notebook_and_a_change_reruns_only_its_chapter(bu
 
     solution = course.solutions / "01_first_function" / "01_first_function.ipynb"
     notebook = read_notebook(solution)
-    code = next(cell for cell in notebook["cells"] if cell["cell_type"] == "code")
+    code = next(cell for cell in notebook["cells"] if cell["cell_type"] == "code" and cell.get("id") != CELL_ID)
     code["source"] = source(code) + "\nprint('a change')\n"
     hint = {"cell_type": "markdown", "id": "book-test-hint", "metadata": {},
             "source": "<details>\n<summary>Hint</summary>\n\nUse $\\frac{d}{dx} x^3 = 3x^2$.\n\n</details>"}
@@ -254,7 +254,8 @@ def _copy_of_the_built_course(built_book, tmp_path) -> Course:
 def _edit_first_cell(course: Course, cell_type: str, text: str) -> None:
     solution = course.solutions / "01_first_function" / "01_first_function.ipynb"
     notebook = read_notebook(solution)
-    cell = next(cell for cell in notebook["cells"] if cell["cell_type"] == cell_type)
+    cell = next(cell for cell in notebook["cells"]
+                if cell["cell_type"] == cell_type and cell.get("id") != CELL_ID)  # (the book leaves that one out)
     cell["source"] = source(cell) + text
     solution.write_text(json.dumps(notebook, indent=1), encoding="utf-8")
 
