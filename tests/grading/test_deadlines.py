@@ -117,7 +117,7 @@ def test_lateness_from_canvas_is_its_late_mark_never_the_zips_dates(course_copy,
     assert rows["cy"]["late"] == deadlines.TIME_UNKNOWN == "marked late, time unknown"
     assert float(rows["cy"]["penalty"]) == pytest.approx(1.1)  # one hour started: 10%
     assert float(rows["cy"]["score"]) == pytest.approx(9.9)
-    assert "late marked late, time unknown, -1.1 points" in first.stdout
+    assert "graded; marked late, time unknown, -1.1 points" in first.stdout
     autograder(course, "feedback", ASSIGNMENT)
     page = (course.grading / "feedback" / "cy" / ASSIGNMENT / f"{ASSIGNMENT}.html").read_text(encoding="utf-8")
     assert "Marked late by the course&#x27;s LMS, which does not say when" in page
