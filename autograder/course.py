@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 from dataclasses import dataclass
+from fnmatch import fnmatch
 from pathlib import Path
 
 from traitlets.config import Config
@@ -17,6 +18,15 @@ from traitlets.config.loader import PyFileConfigLoader
 
 CONFIG_DIR = Path(__file__).resolve().parent / "authoring"  # where nbgrader_config.py lives
 ROOT_VARIABLE = "AUTOGRADER_COURSE_ROOT"
+# What Jupyter, Python and editors leave beside course files (Jupyter's .ipynb_checkpoints, caches,
+# backups, hidden files such as .DS_Store or vim's .swp): never part of an assignment, wherever course
+# files are copied or compared. Patterns of a file or folder name, as nbgrader's CourseDirectory.ignore.
+DROPPINGS = (".*", "__pycache__", "*.pyc", "*~", "Thumbs.db", "desktop.ini")
+
+
+def is_dropping(relative: Path | str) -> bool:
+    """Whether a path (relative to a course folder) is, or is inside, something ``DROPPINGS`` names."""
+    return any(fnmatch(part, pattern) for part in Path(relative).parts for pattern in DROPPINGS)
 
 
 @dataclass(frozen=True)

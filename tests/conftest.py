@@ -54,8 +54,9 @@ def pytest_collection_modifyitems(items) -> None:
 
 @contextmanager
 def running_jupyter(app: str, course: Course, env: dict[str, str], log_path: Path, options: Sequence[str] = (),
-                    timeout: float = 60) -> Iterator[tuple[str, str]]:
-    """``jupyter <app>`` (lab, server) on ``course.root`` at a free local port: yields (base URL, token).
+                    timeout: float = 60, python: str = sys.executable) -> Iterator[tuple[str, str]]:
+    """``jupyter <app>`` (lab, server) of ``python``'s environment on ``course.root``, started there, at a
+    free local port: yields (base URL, token).
 
     It answers ``/api/status`` before this yields, and is stopped after (SIGTERM, then SIGKILL).
     Its output goes to ``log_path``, whose end the failure shows if it exits or stays silent.
@@ -64,7 +65,7 @@ def running_jupyter(app: str, course: Course, env: dict[str, str], log_path: Pat
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     token, base = secrets.token_hex(16), f"http://127.0.0.1:{port}"
-    command = [sys.executable, "-m", "jupyter", app, "--no-browser", "--ServerApp.ip=127.0.0.1",
+    command = [str(python), "-m", "jupyter", app, "--no-browser", "--ServerApp.ip=127.0.0.1",
                f"--ServerApp.port={port}", "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
                f"--ServerApp.root_dir={course.root}", *options]
     if os.geteuid() == 0:

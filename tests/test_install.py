@@ -1,7 +1,9 @@
 """The course installs anywhere: the student distribution's wheel, pip-installed into a fresh virtual
 environment outside the repository, runs the notebooks of 01 and 07 from another folder to the end;
 with its `jupyter` extra (what the edition's `make lab` installs), its command line has only the
-student's commands and `check` grades a notebook beside JupyterLab's `Untitled.ipynb` as without it.
+student's commands and `check` grades a notebook beside JupyterLab's `Untitled.ipynb` as without it;
+and JupyterLab started in the edition's folder, as a student starts it, shows no instructor tool and
+no news prompt (in headless Chromium).
 
 torch comes from the tested pin (constraints.txt); where a local torch wheel is configured for pip
 (as on this project's machines) it installs from that file in seconds.
@@ -11,15 +13,19 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import expect
 
 from autograder.course import Course
-from autograder.authoring.publish import publish
-from conftest import CLASS_REPOSITORY, REPO, filled_release, solution_answers
+from autograder.authoring.publish import HIDDEN_LAB_PLUGINS, publish
+from browsing import Steps
+from conftest import CLASS_REPOSITORY, REPO, filled_release, running_jupyter, solution_answers
 
 NOTEBOOKS = ("01_first_function", "07_gpu_timing")
 
@@ -30,21 +36,38 @@ def _run(command: list, **kwargs) -> subprocess.CompletedProcess:
     return result
 
 
-@pytest.mark.slow
-def test_the_wheel_runs_notebooks_01_and_07_in_a_fresh_environment_outside_the_repository(tmp_path):
-    dist = publish(Course(REPO), tmp_path / "student-edition", archive=False, repository=CLASS_REPOSITORY)
-    wheels = tmp_path / "wheels"
+@dataclass
+class Installed:
+    dist: Path    # the edition's folder, as a student's clone holds it
+    venv: Path    # a fresh environment with the edition installed as its README says
+    python: Path
+    env: dict[str, str]  # this machine's environment without the repository's settings, the venv first on PATH
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> Installed:
+    """The edition, its wheel built and pip-installed with its `jupyter` extra into a fresh virtual
+    environment: what `pip install '.[jupyter]'` in the edition's folder does (README, Makefile)."""
+    root = tmp_path_factory.mktemp("install")
+    dist = publish(Course(REPO), root / "student-edition", archive=False, repository=CLASS_REPOSITORY)
+    wheels = root / "wheels"
     _run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", wheels, dist])
     [wheel] = wheels.glob("*.whl")
-
-    venv = tmp_path / "venv"
+    venv = root / "venv"
     _run([sys.executable, "-m", "venv", venv])
     python = venv / "bin" / "python"
     # The wheel with the extra a student's own machine installs (JupyterLab, nbgrader: `check`, Validate).
     _run([python, "-m", "pip", "install", "--quiet", "--no-compile", "-c", dist / "constraints.txt",
           f"{wheel}[jupyter]"])
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "AUTOGRADER_COURSE_ROOT", "JUPYTER_CONFIG_PATH")}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "AUTOGRADER_COURSE_ROOT") and not k.startswith("JUPYTER")}
     env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    return Installed(dist, venv, python, env)
+
+
+@pytest.mark.slow
+def test_the_wheel_runs_notebooks_01_and_07_in_a_fresh_environment_outside_the_repository(installed, tmp_path):
+    dist, venv, python, env = installed.dist, installed.venv, installed.python, installed.env
 
     work = tmp_path / "elsewhere"
     work.mkdir()
@@ -82,3 +105,43 @@ def test_the_wheel_runs_notebooks_01_and_07_in_a_fresh_environment_outside_the_r
     (mine.parent / "Untitled.ipynb").write_text(json.dumps({"cells": [], "metadata": {}, "nbformat": 4,
                                                             "nbformat_minor": 5}))
     assert _run(check, cwd=dist, env=env).stdout == alone
+
+
+@pytest.mark.slow
+def test_jupyterlab_started_as_a_student_starts_it_shows_no_instructor_tool_and_no_news_prompt(installed, page,
+                                                                                               tmp_path):
+    """`jupyter lab` in the edition's folder, from the environment its README's pip line made, with a
+    student's fresh home (no Jupyter settings of their own) and no JUPYTER_CONFIG_PATH: no Formgrader,
+    no Create Assignment, no course list, no "official Jupyter news?" prompt; Validate is there."""
+    static = installed.venv / "share" / "jupyter" / "lab" / "static"
+    # The plugin turned off is the one that asks (so "no prompt" below is not a check that cannot fail).
+    assert any("@jupyterlab/apputils-extension:announcements" in text and "official Jupyter news" in text
+               for text in (p.read_text(encoding="utf-8", errors="ignore") for p in static.glob("*.js")))
+    env = {**installed.env, "HOME": str(tmp_path / "home")}
+    notebook = f"course/{NOTEBOOKS[0]}/{NOTEBOOKS[0]}.ipynb"
+    steps = Steps(page, "students-edition")
+    with running_jupyter("lab", Course(installed.dist), env, tmp_path / "jupyterlab.log",
+                         python=installed.python) as (base, token):
+        with steps.step("open a notebook in the edition's JupyterLab"):
+            page.goto(f"{base}/lab/tree/{notebook}?token={token}")
+            page.locator(".jp-NotebookPanel:visible .jp-Notebook-ExecutionIndicator[data-status='idle']").wait_for(
+                timeout=120_000)
+        with steps.step("the page turns the instructor's plugins and the announcements off"):
+            disabled = page.evaluate(
+                "JSON.parse(document.getElementById('jupyter-config-data').textContent).disabledExtensions")
+            assert set(HIDDEN_LAB_PLUGINS) <= set(disabled), disabled
+        with steps.step("no news prompt"):
+            expect(page.locator(".Toastify__toast")).to_have_count(0)
+            expect(page.get_by_text("official Jupyter news")).to_have_count(0)
+        with steps.step("the Validate button, and no Create Assignment panel"):
+            expect(page.locator(".jp-NotebookPanel:visible .jp-Toolbar .validate-button")).to_have_count(1)
+            expect(page.locator("#nbgrader-create_assignemnt")).to_have_count(0)  # (nbgrader's own spelling)
+            expect(page.get_by_title(re.compile("Create Assignment"))).to_have_count(0)
+        with steps.step("the Nbgrader menu has the student's tools only"):
+            page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Nbgrader$")).click()
+            items = page.locator(".lm-Menu:visible .lm-Menu-itemLabel").all_inner_texts()
+            page.keyboard.press("Escape")
+            assert "Assignment List" in items and not {"Formgrader", "Course List"} & set(items), items
+        with steps.step("no formgrader on the server"):
+            status = page.request.get(f"{base}/formgrader?token={token}").status
+            assert status == 404, status

@@ -1,9 +1,10 @@
-"""The setup cell at the top of every notebook: on Colab it installs the course's library.
+"""The setup cell under the title of every notebook: on Colab it installs the course's library.
 
-``python -m autograder.authoring.colab`` puts the cell first in every notebook of ``solutions/``
-(``make release`` then carries it into ``course/``), and rewrites the README's table of Colab
-and Binder links (between its two markers) for the notebooks of ``course/``. It is idempotent: a notebook that already
-starts with the cell gets its current text, nothing else changes. The cell does nothing outside
+``python -m autograder.authoring.colab`` puts the cell right below the title cell (the first
+markdown cell with a ``#`` heading) in every notebook of ``solutions/`` (``make release`` then
+carries it into ``course/``), and rewrites the README's table of Colab and Binder links (between
+its two markers) for the notebooks of ``course/``. It is idempotent: a notebook that already has
+the cell there gets its current text, nothing else changes. The cell does nothing outside
 Colab: in the course's own environment (``make lab``, Binder, JupyterHub, the grader) the
 library is already installed and ``google.colab`` does not exist.
 
@@ -12,8 +13,9 @@ publish`` writes it; never the instructor's repository, which holds the solution
 setting, used by the setup cell, the README's links, the students' edition and the book:
 ``$AUTOGRADER_STUDENT_REPOSITORY`` if set, else ``pyproject.toml``'s
 ``[tool.custom-autograd-course] student-repository``. Until it names a real repository (it ships
-with the placeholder ``YOUR-ORG``), no link is written and the setup cell says what to do instead
-of installing from nowhere; ``publish`` refuses to write an edition (or takes ``--repository``).
+with the placeholder ``YOUR-ORG``), no link is written and the setup cell, on Colab, says where a
+student gets the notebook that installs the library (never a placeholder address) instead of
+installing from nowhere; ``publish`` refuses to write an edition (or takes ``--repository``).
 """
 
 from __future__ import annotations
@@ -69,9 +71,8 @@ def checked_repository(url: str, required: bool = True) -> str | None:
 def setup_source(repository: str | None) -> str:
     """The setup cell: installs the library from ``repository`` on Colab (None: says where to get it)."""
     if repository is None:
-        install = ('    print("On Colab, install the course\'s library first: %pip install '
-                   f'\\"{DISTRIBUTION} @ git+https://github.com/OWNER/NAME\\" with the students\' repository '
-                   'your course names.")')
+        install = ('    print("This copy of the notebook does not install the course\'s library: open the notebook "\n'
+                   '          "from your course\'s students\' repository (its README\'s Open in Colab links).")')
     else:
         install = f'    %pip install --quiet "{DISTRIBUTION} @ git+{repository}"'
     return (
@@ -129,8 +130,18 @@ def update_readme_links(course: Course) -> bool:
     return True
 
 
+def title_position(cells: list[dict]) -> int:
+    """Where the setup cell goes: right after the title cell (the first markdown cell with a ``#``
+    heading), else first. ``cells`` as in a notebook's JSON, without the setup cell."""
+    for index, cell in enumerate(cells):
+        text = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+        if cell["cell_type"] == "markdown" and re.search(r"(?m)^# ", text):
+            return index + 1
+    return 0
+
+
 def add_setup_cell(path: Path, repository: str | None) -> bool:
-    """Make ``path`` start with the setup cell; True if the file changed.
+    """Put the setup cell right below the title of ``path``; True if the file changed.
 
     The notebook's JSON is edited as it is written (key order, indent=1), so the change is the
     one cell and nothing else, whoever else is editing the notebook.
@@ -139,11 +150,9 @@ def add_setup_cell(path: Path, repository: str | None) -> bool:
     nb = json.loads(text)
     cell = {"cell_type": "code", "execution_count": None, "id": CELL_ID, "metadata": {}, "outputs": [],
             "source": setup_source(repository).splitlines(keepends=True)}
-    cells = nb["cells"]
-    if cells and cells[0].get("id") == CELL_ID:
-        cells[0] = cell
-    else:
-        cells.insert(0, cell)
+    cells = [c for c in nb["cells"] if c.get("id") != CELL_ID]
+    cells.insert(title_position(cells), cell)
+    nb["cells"] = cells
     new = json.dumps(nb, indent=1, ensure_ascii=False) + "\n"
     nbformat.validate(nbformat.reads(new, as_version=4))
     if new == text:
@@ -153,7 +162,7 @@ def add_setup_cell(path: Path, repository: str | None) -> bool:
 
 
 def add_setup_cells(course: Course) -> list[Path]:
-    """Put the setup cell first in every notebook of ``solutions/``; returns the notebooks changed."""
+    """Put the setup cell below the title of every notebook of ``solutions/``; returns the notebooks changed."""
     repository = student_repository(course)
     return [path for path in sorted(course.solutions.glob("*/*.ipynb")) if add_setup_cell(path, repository)]
 
@@ -172,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for path in changed:
         print(f"added the setup cell to {path}")
-    print(f"{len(changed)} notebooks changed; run `make release` to carry the cell into course/")
+    print(f"notebooks changed: {len(changed)}; run `make release` to carry the cell into course/")
     return 0
 
 

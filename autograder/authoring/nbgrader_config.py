@@ -14,6 +14,8 @@ nbgrader's vocabulary, mapped onto this repository:
 
 import os
 
+from autograder.course import DROPPINGS
+
 c = get_config()  # noqa: F821 - provided by traitlets when it runs this file
 
 root = os.path.abspath(os.environ.get("AUTOGRADER_COURSE_ROOT") or os.getcwd())
@@ -26,6 +28,9 @@ c.CourseDirectory.release_directory = "course"
 c.CourseDirectory.submitted_directory = os.path.join("grading", "submitted")
 c.CourseDirectory.autograded_directory = os.path.join("grading", "autograded")
 c.CourseDirectory.feedback_directory = os.path.join("grading", "feedback")
+# Never copied with an assignment's files (release, autograde): Jupyter's checkpoints, caches, editors'
+# droppings (autograder.course.DROPPINGS), and nbgrader's own "feedback".
+c.CourseDirectory.ignore = [*DROPPINGS, "feedback"]
 # The gradebook: SQLite in grading/ by default. For a shared server set AUTOGRADER_DB_URL (or edit
 # this line), e.g. postgresql+psycopg2://user:password@host:5432/gradebook (tested with PostgreSQL 15).
 c.CourseDirectory.db_url = os.environ.get("AUTOGRADER_DB_URL") or "sqlite:///" + os.path.join(root, "grading", "gradebook.db")

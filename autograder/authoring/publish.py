@@ -6,6 +6,14 @@ modules ``check`` needs to grade a notebook against its visible tests), a README
 the environment files (``pyproject.toml``, ``constraints.txt``, ``environment.yml``, ``binder/``)
 and a small Makefile. No solution, no hidden test, and none of the instructor's tools that need
 them (release, validate, book, timing recorder, the demo class, the grading batch) are in it.
+
+Its Jupyter settings come with its installation, however a student installs it (``make``, pip,
+conda, Binder): the edition's ``pyproject.toml`` installs them into the environment's
+``etc/jupyter`` (setuptools ``data-files``), where Jupyter reads them however JupyterLab is
+started: nbgrader's instructor tools (formgrader, Create Assignment, the course list) and
+JupyterLab's news prompt off, and the course's nbgrader settings for the Validate button. Jupyter
+reads no configuration from the folder it is started in, and setuptools installs no data files
+in an editable install, so the edition is installed as a copy (``pip install '.[jupyter]'``).
 The folder is meant to become the class's public repository: the Colab setup cell of every
 notebook installs the library from there (see ``autograder.authoring.colab``).
 
@@ -23,7 +31,7 @@ from pathlib import Path
 
 from autograder.authoring.colab import add_setup_cell, binder_url, checked_repository, links_table, student_repository
 from autograder.authoring.hints import answer_hints, restore_answer_hints, strip_notebook
-from autograder.course import Course, CourseError
+from autograder.course import Course, CourseError, is_dropping
 
 TEMPLATES = Path(__file__).resolve().parent / "student_edition"
 # A student distribution ships the student's library and what `python -m autograder check` needs
@@ -128,47 +136,70 @@ def publish(course: Course, out: Path, self_study: bool = False, archive: bool =
         shutil.copyfile(data, out / "autograder" / "student" / "data" / data.name)
     shutil.copyfile(course.root / "constraints.txt", out / "constraints.txt")
     settings = (course.root / "pyproject.toml").read_text(encoding="utf-8")  # the edition names its own home
-    (out / "pyproject.toml").write_text(re.sub(r'(?m)^student-repository = ".*"$', f'student-repository = "{repository}"',
-                                               settings), encoding="utf-8")
+    settings = re.sub(r'(?m)^student-repository = ".*"$', f'student-repository = "{repository}"', settings)
+    (out / "pyproject.toml").write_text(settings + _students_jupyter(out), encoding="utf-8")
     if (course.root / "binder").is_dir():
         shutil.copytree(course.root / "binder", out / "binder", ignore=_junk)
+        requirements = out / "binder" / "requirements.txt"
+        if requirements.is_file():  # a copy, with its Jupyter settings (see above)
+            requirements.write_text(_not_editable(requirements.read_text(encoding="utf-8")), encoding="utf-8")
     (out / "environment.yml").write_text(_student_environment(course), encoding="utf-8")
     (out / "Makefile").write_text((TEMPLATES / "Makefile").read_text(encoding="utf-8"), encoding="utf-8")
     (out / ".gitignore").write_text((TEMPLATES / "gitignore").read_text(encoding="utf-8"), encoding="utf-8")
     if (course.root / "LICENSE").is_file():
         shutil.copyfile(course.root / "LICENSE", out / "LICENSE")
-    _students_jupyter(out / "autograder" / "authoring")
     (out / "README.md").write_text(_readme(course, self_study, repository, assignments), encoding="utf-8")
     if archive:
         shutil.make_archive(str(out), "zip", root_dir=out.parent, base_dir=out.name)
     return out
 
 
-# nbgrader's instructor tools, off in the students' edition (its Makefile points JUPYTER_CONFIG_PATH at the
-# folder these files go to; the instructor's repository uses the same folder with them on).
+# Off in the students' edition: nbgrader's instructor tools (server extensions and Lab plugins), and
+# JupyterLab's announcements (the "get notified about official Jupyter news?" prompt, update checks).
 INSTRUCTOR_SERVER_EXTENSIONS = ("nbgrader.server_extensions.formgrader", "nbgrader.server_extensions.course_list")
-INSTRUCTOR_LAB_PLUGINS = ("@jupyter/nbgrader:formgrader", "@jupyter/nbgrader:create-assignment",
-                          "@jupyter/nbgrader:course-list")
+HIDDEN_LAB_PLUGINS = ("@jupyter/nbgrader:formgrader", "@jupyter/nbgrader:create-assignment",
+                      "@jupyter/nbgrader:course-list", "@jupyterlab/apputils-extension:announcements")
+# The edition's Jupyter settings: its folder -> where in the environment they are installed. A server
+# setting in jupyter_server_config.d/ is read after nbgrader's own nbgrader.json (which turns the
+# formgrader on) because its name sorts later; page_config.d/ is JupyterLab's, beside page_config.json.
+JUPYTER_CONFIG = "jupyter-config"
+JUPYTER_FILES = {"jupyter_server_config.d/students_edition.json": "etc/jupyter/jupyter_server_config.d",
+                 "labconfig/page_config.d/students_edition.json": "etc/jupyter/labconfig/page_config.d"}
 
 
-def _students_jupyter(config: Path) -> None:
-    """Jupyter settings of the edition: the formgrader, Create Assignment and the course list off."""
+def _students_jupyter(out: Path) -> str:
+    """Write the edition's Jupyter settings into ``out``; return the pyproject table that installs them
+    (with the course's nbgrader settings, which Validate reads) into the environment's etc/jupyter."""
     import json
 
-    config.mkdir(parents=True, exist_ok=True)
-    (config / "jupyter_server_config.json").write_text(json.dumps(
-        {"ServerApp": {"jpserver_extensions": {name: False for name in INSTRUCTOR_SERVER_EXTENSIONS}}}, indent=2))
-    (config / "labconfig").mkdir(exist_ok=True)
-    (config / "labconfig" / "page_config.json").write_text(json.dumps(
-        {"disabledExtensions": {name: True for name in INSTRUCTOR_LAB_PLUGINS}}, indent=2))
+    settings = {"jupyter_server_config.d/students_edition.json":
+                {"ServerApp": {"jpserver_extensions": {name: False for name in INSTRUCTOR_SERVER_EXTENSIONS}}},
+                "labconfig/page_config.d/students_edition.json":
+                {"disabledExtensions": {name: True for name in HIDDEN_LAB_PLUGINS}}}
+    table = ["", "# The students' edition: its Jupyter settings, installed into the environment's etc/jupyter",
+             "# (see autograder/authoring/publish.py).", "[tool.setuptools.data-files]",
+             '"etc/jupyter" = ["autograder/authoring/nbgrader_config.py"]']
+    for name, folder in JUPYTER_FILES.items():
+        path = out / JUPYTER_CONFIG / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(settings[name], indent=2) + "\n", encoding="utf-8")
+        table.append(f'"{folder}" = ["{JUPYTER_CONFIG}/{name}"]')
+    return "\n".join(table) + "\n"
+
+
+def _not_editable(requirements: str) -> str:
+    """``-e .[extras]`` made ``.[extras]``: installed as a copy, so its Jupyter settings are installed too."""
+    return re.sub(r"(?m)^-e (\.\[[^\]]*\])$", r"\1", requirements)
 
 
 def _junk(folder: str, names: list[str]) -> list[str]:
-    return [n for n in names if n in ("__pycache__", ".ipynb_checkpoints") or n.endswith(".pyc")]
+    """For shutil.copytree: Jupyter's checkpoints, caches and editors' droppings are not copied."""
+    return [n for n in names if is_dropping(n)]
 
 
 def _student_environment(course: Course) -> str:
-    """environment.yml without the instructor's extras: their pins dropped, `-e .[jupyter]` installed."""
+    """environment.yml without the instructor's extras: their pins dropped, `.[jupyter]` installed (a copy,
+    with its Jupyter settings)."""
     import tomllib
 
     project = tomllib.loads((course.root / "pyproject.toml").read_text())["project"]
@@ -182,7 +213,7 @@ def _student_environment(course: Course) -> str:
         pin = re.match(r"\s*- ([A-Za-z0-9_.\-]+)==", line)
         if pin and _name(pin[1]) in dropped:
             continue
-        lines.append(re.sub(r"-e \.\[[^\]]*\]", f"-e .[{','.join(STUDENT_EXTRAS)}]", line))
+        lines.append(re.sub(r"-e \.\[[^\]]*\]", f".[{','.join(STUDENT_EXTRAS)}]", line))
     return "\n".join(lines) + "\n"
 
 

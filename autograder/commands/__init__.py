@@ -18,3 +18,8 @@ def print_json(document) -> None:
 
     print(json.dumps(document, indent=2, default=str))
 
+
+
+def count(n: int, noun: str, plural: str = "") -> str:
+    """``n`` and its noun, in words: '1 student', '3 students', '0 students' (``plural`` when not noun + 's')."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"

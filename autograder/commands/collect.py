@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from autograder.commands import count
 from autograder.course import Course
 from autograder.grading.records.lms import STUDENT_ID_RULE
 
@@ -14,7 +15,9 @@ DESCRIPTION = ("Copy submissions from an LMS download (zip or folder) into gradi
                "(Name_USERID_assignsubmission_file_/ folders), Blackboard (NAME_attempt_DATE_notebook.ipynb) and a "
                "folder per student (SOURCE/<student_id>/<notebook>.ipynb); --regexp reads any other layout. LMS "
                "user ids and names are mapped to student ids through the roster's lms_user_id (import it first "
-               "with `roster`). Of several attempts, the latest is collected. Wrong or missing file names are "
+               "with `roster`). When each was handed in comes from the LMS's own record, never a file's date in the "
+               "download: Blackboard's file names, nbgrader's timestamp.txt in a student folder, or --times; "
+               "Canvas's LATE mark is kept. Of several attempts, the latest is collected. Wrong or missing file names are "
                "reported per student, and so are notebooks collected that cannot be graded (not valid JSON, not a "
                "notebook): grading gives those students 'invalid notebook'. Student ids are checked: "
                f"{STUDENT_ID_RULE}; a file under any other id is not collected. The last line counts the students "
@@ -33,17 +36,28 @@ def add_arguments(parser) -> None:
                              "inside the download if REGEXP has a /): named groups student_id (or lms_user_id, or "
                              "email) and file_id; optional timestamp, first_name, last_name, e.g. "
                              r"'(?P<student_id>\w+)_attempt_(?P<timestamp>[0-9-]+)_(?P<file_id>\w+\.ipynb)'")
+    parser.add_argument("--times", type=Path, metavar="CSV", default=None,
+                        help="when each student handed in, for a download that does not say (Canvas, Moodle): a CSV "
+                             "with a column saying who (student_id, lms_user_id, user_id, Identifier, email) and one "
+                             "saying when (submitted_at, 'Last modified (submission)', timestamp) or whether late "
+                             "(late: true/false). Moodle's grading worksheet is such a file as it is; for Canvas, "
+                             "write user_id and submitted_at from its submissions API. Times without a zone are "
+                             "this machine's local time. It wins over any time in the download.")
 
 
 def run(args, course: Course) -> int:
     from autograder.grading.records.collect import collect
 
-    results = collect(course, args.assignment, args.source, layout=args.layout, regexp=args.regexp)
+    results = collect(course, args.assignment, args.source, layout=args.layout, regexp=args.regexp,
+                      times=args.times)
     for r in results:
         print(r.summary())
     collected = sum(bool(r.collected) for r in results)
     attention = [r for r in results if r.needs_attention]
-    print(f"{collected} students collected, {len(attention)} with problems")
+    print(f"{count(collected, 'student')} collected, {len(attention)} with problems")
+    untimed = [r for r in results if r.destination and r.handed_in is None]
+    if untimed:
+        print(unknown_times(untimed), file=sys.stderr)
     invalid = [f"{r.student_id} ({', '.join(r.invalid)})" for r in results if r.invalid]
     if invalid:
         print(f"collected, but not notebooks that can be graded: {', '.join(invalid)}; grading gives them 'invalid "
@@ -57,3 +71,18 @@ def run(args, course: Course) -> int:
               "collect again; students without a usable notebook are graded 'invalid notebook'", file=sys.stderr)
         return 1
     return 0
+
+
+def unknown_times(untimed) -> str:
+    """What the instructor needs to know of submissions collected without a time (``untimed``: CollectResults)."""
+    from autograder.grading.records.handed_in import WHAT_DOWNLOADS_CARRY
+
+    late = [r.student_id for r in untimed if r.marked_late]
+    why = WHAT_DOWNLOADS_CARRY.get(untimed[0].layout, "the download carries no submission times")
+    text = f"no submission time for {count(len(untimed), 'student')} ({why}): "
+    if late:
+        text += (f"{', '.join(late)}, marked late by the LMS, count{'s' * (len(late) == 1)} as late by the least "
+                 "the late policy counts (its first hour or day); the others count as on time")
+    else:
+        text += "they count as on time"
+    return text + "; to weigh real lateness, give the times with --times CSV (see --help) and collect again"

@@ -9,8 +9,9 @@ from autograder.course import Course, CourseError
 HELP = "set an assignment's due date, extensions and late penalty"
 DESCRIPTION = ("Set (or, with no option, show) an assignment's due date, per-student extensions and late penalty, "
                "kept in grading/deadlines.json and put into nbgrader's gradebook (duedate, extensions) when grading. "
-               "A submission is late when its time (timestamp.txt, written by collect from the LMS download) is "
-               "after the due date plus its extension; grades.csv, the feedback page and the report say how late "
+               "A submission is late when its time (timestamp.txt, written by collect from the LMS's record) is "
+               "after the due date plus its extension; one the LMS marked late without a time (Canvas) counts as "
+               "late by the least the penalty counts; grades.csv, the feedback page and the report say how late "
                "and the penalty. Changing any of it regrades the students it affects.")
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from autograder.commands import count
 from autograder.course import Course
 
 HELP = "write grades for the LMS: Canvas's CSV, a plain CSV, points per test"
@@ -29,13 +30,13 @@ def run(args, course: Course) -> int:
                     canvas_column=args.canvas_column)
     for path in (result.canvas, result.plain, result.per_test):
         print(f"wrote {path}")
-    print(f"{result.students} students exported")
+    print(f"{count(result.students, 'student')} exported")
     if result.without_lms_id:
-        print(f"Canvas cannot match {len(result.without_lms_id)} students without an lms_user_id in the roster "
+        print(f"Canvas cannot match {count(len(result.without_lms_id), 'student')} without an lms_user_id in the roster "
               f"({', '.join(result.without_lms_id)}): add the column to the roster, import it again "
               "(`python -m autograder roster CSV`) and export again", file=sys.stderr)
     if result.to_grade_by_hand:
         waiting = sum(result.to_grade_by_hand.values())
-        print(f"{waiting} answer{'s' * (waiting != 1)} of {len(result.to_grade_by_hand)} students still to grade by "
+        print(f"{count(waiting, 'answer')} of {count(len(result.to_grade_by_hand), 'student')} still to grade by "
               f"hand (formgrader), exported as 0: {', '.join(result.to_grade_by_hand)}", file=sys.stderr)
     return 0

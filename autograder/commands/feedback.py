@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+from autograder.commands import count
 from autograder.course import Course
 
 HELP = "write per-student HTML feedback"
@@ -27,6 +28,5 @@ def run(args, course: Course) -> int:
         print(f"wrote {page.relative_to(course.root)}")
     for student, why in result.problems.items():
         print(f"{student}: only a page saying the feedback could not be made ({why})", file=sys.stderr)
-    print(f"{len(result.pages)} feedback pages, {len(result.problems)} student{'s' * (len(result.problems) != 1)} "
-          "with problems")
+    print(f"{count(len(result.pages), 'feedback page')}, {count(len(result.problems), 'student')} with problems")
     return 1 if result.problems else 0

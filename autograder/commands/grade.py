@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
-from autograder.commands import add_json_flag, print_json
+from autograder.commands import add_json_flag, count, print_json
 from autograder.course import Course, CourseError
 
 HELP = "autograde every collected submission, in parallel"
@@ -117,15 +117,18 @@ def decided_by_whom(rows) -> str:
     if by_hand:
         waiting = sum(r.to_grade_by_hand for r in graded)
         line += (f"; {by_hand:g} points are answers graded by hand"
-                 + (f": {waiting} answer{'s' * (waiting != 1)} of {sum(r.to_grade_by_hand > 0 for r in graded)} "
-                    f"students await you in the formgrader (0 until scored; feedback, report and export read your scores)"
+                 + (f": {count(waiting, 'answer')} of {count(sum(r.to_grade_by_hand > 0 for r in graded), 'student')} "
+                    f"await you in the formgrader (0 until scored; feedback, report and export read your scores)"
                     if waiting else ", all scored"))
     return line
 
 
 def status(row) -> str:
     """A row's status as the grade table shows it: what happened, and how late (with the penalty)."""
+    from autograder.grading.records.deadlines import TIME_UNKNOWN
+
     note = f" ({row.detail})" if row.detail else ""
-    late = f"; late {row.late}" + (f", -{row.penalty:g} points" if row.penalty else "") if row.late else ""
+    how_late = row.late if row.late == TIME_UNKNOWN else f"late {row.late}"
+    late = f"; {how_late}" + (f", -{row.penalty:g} points" if row.penalty else "") if row.late else ""
     by_hand = f"; {row.to_grade_by_hand} to grade by hand" if row.to_grade_by_hand else ""
     return f"{row.status}{note}{late}{by_hand}"

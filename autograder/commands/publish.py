@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from autograder.commands import count
 from autograder.course import Course
 
 HELP = "write the student distribution (no solutions) to dist/"
@@ -33,5 +34,5 @@ def run(args, course: Course) -> int:
                       assignments=args.assignments)
     files = sum(1 for p in written.rglob("*") if p.is_file())
     label = "self-study edition (WITH the solutions)" if args.self_study else "student distribution (no solutions)"
-    print(f"wrote the {label}: {written} ({files} files) and {written}.zip")
+    print(f"wrote the {label}: {written} ({count(files, 'file')}) and {written}.zip")
     return 0

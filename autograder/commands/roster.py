@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from autograder.commands import count
 from autograder.course import Course
 from autograder.grading.records.lms import STUDENT_ID_RULE
 
@@ -23,7 +24,7 @@ def run(args, course: Course) -> int:
     from autograder.grading.records.roster import import_roster
 
     result = import_roster(course, args.roster)
-    print(f"{len(result.added)} students added, {len(result.updated)} updated in the gradebook")
+    print(f"{count(len(result.added), 'student')} added, {len(result.updated)} updated in the gradebook")
     if result.ignored_columns:
         print(f"ignored columns: {', '.join(result.ignored_columns)}")
     return 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from autograder.commands import count
 from autograder.course import Course
 
 HELP = "flag pairs of students with similar answers (HTML report)"
@@ -38,6 +39,7 @@ def run(args, course: Course) -> int:
                       p.shared_tokens] for i, p in enumerate(result.pairs, 1)), right=["rank", "tokens"])
     for student, why in result.skipped.items():
         print(f"not compared: {student}: {why}")
-    print(f"{len(result.students)} submissions, {len(result.pairs)} similar pairs flagged (no grade changed); "
+    print(f"{count(len(result.students), 'submission')}, {count(len(result.pairs), 'similar pair')} flagged "
+          "(no grade changed); "
           f"wrote {result.page}")
     return 0

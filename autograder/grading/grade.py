@@ -42,7 +42,7 @@ from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, Clea
                                     IgnorePattern, LimitOutput, OverwriteCells, OverwriteKernelspec,
                                     SaveAutoGrades)
 
-from autograder.course import Course, CourseError
+from autograder.course import Course, CourseError, is_dropping
 from autograder.grading.contained import Contained, outcome
 from autograder.grading.records import deadlines
 from autograder.grading.records.grades import Row, hand_graded, worsen, write_grades_csv
@@ -272,7 +272,8 @@ class _Grader(Contained):
                 return False
             row.penalty = float(submission.late_submission_penalty or 0.0)
             row.score = float(submission.score) - row.penalty
-            row.late = deadlines.describe_lateness(submission.total_seconds_late)
+            row.late = deadlines.lateness(self.submitted / row.student_id / self.assignment,
+                                          submission.total_seconds_late)
             row.points_by_hand, row.to_grade_by_hand = hand_graded(submission)
             return True
 
@@ -282,13 +283,12 @@ class _Grader(Contained):
         """Register the submission and sanitize its notebooks; return its row so far and its tasks."""
         row = Row(student, self.assignment, 0.0, self.max_score)
         source = self.submitted / student / self.assignment
-        timestamp = self.coursedir.get_existing_timestamp(str(source))
+        timestamp = deadlines.submission_time(source, self.deadline, student,
+                                              self.coursedir.get_existing_timestamp(str(source)))
         with Gradebook(self.db_url, self.coursedir.course_id) as gb:
             gb.update_or_create_student(student)
-            if timestamp:
-                gb.update_or_create_submission(self.assignment, student, timestamp=timestamp)
-            else:
-                gb.update_or_create_submission(self.assignment, student)
+            # None when the LMS gave no time: a time from an earlier collect must not linger
+            gb.update_or_create_submission(self.assignment, student, timestamp=timestamp)
             if self.deadline_managed:
                 deadlines.record_extension(gb, self.assignment, student, self.deadline)
         staging = self.staging / student / self.assignment
@@ -349,8 +349,7 @@ class _Grader(Contained):
         source = self.course.solutions / self.assignment
         for path in source.rglob("*"):
             relative = path.relative_to(source)
-            if path.is_file() and path.suffix != ".ipynb" and not any(
-                    part.startswith(".") or part == "__pycache__" for part in relative.parts):
+            if path.is_file() and path.suffix != ".ipynb" and not is_dropping(relative):
                 (staging / relative).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(path, staging / relative)
 

@@ -25,7 +25,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from autograder.course import Course, CourseError
+from autograder.course import DROPPINGS, Course, CourseError, is_dropping
 from autograder.grading.running.confinement import Limits
 from autograder.grading.grade import grade, mark_synced, sync_gradebook
 from autograder.grading.records.grades import is_by_hand
@@ -90,10 +90,10 @@ def _scratch_course(course: Course, assignment: str, folder: Path) -> Course:
     source, target = tests_source(course) / assignment, scratch.solutions / assignment
     target.mkdir(parents=True)
     for path in source.iterdir():
-        if path.name.startswith(".") or path.name == "__pycache__":
+        if is_dropping(path.name):
             continue
         if path.is_dir():
-            shutil.copytree(path, target / path.name, ignore=shutil.ignore_patterns(".*", "__pycache__"))
+            shutil.copytree(path, target / path.name, ignore=shutil.ignore_patterns(*DROPPINGS))
         elif path.suffix != ".ipynb" or path.name == f"{assignment}.ipynb":  # not Untitled.ipynb and friends
             shutil.copy2(path, target / path.name)
     digest = hashlib.sha256()

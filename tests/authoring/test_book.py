@@ -23,7 +23,7 @@ from playwright.sync_api import expect
 
 from autograder.authoring import book as book_module
 from autograder.authoring.book import build
-from autograder.authoring.colab import REPOSITORY_VARIABLE, binder_url, colab_url
+from autograder.authoring.colab import CELL_ID, REPOSITORY_VARIABLE, binder_url, colab_url
 from autograder.course import Course, CourseError
 from browsing import Steps
 from conftest import CLASS_REPOSITORY, REPO, read_notebook, source
@@ -103,6 +103,17 @@ def test_every_chapter_has_a_page_listed_in_the_index_under_its_title(built_book
         title = _title(solution).replace("`", "")  # Markdown code in a title is code, not backticks
         assert title in index.visible_text and title in Page(page).visible_text
         assert f"<title>{title}" in page.read_text(encoding="utf-8"), f"{page.name}: wrong <title>"
+
+
+def test_a_chapter_opens_with_its_title_and_shows_no_setup_cell_and_no_placeholder(built_book):
+    """The notebooks' Colab setup cell is not in the book (its Colab link opens the student notebook, which
+    has its own), so a chapter opens with its title; no placeholder address anywhere."""
+    for solution in _solutions(built_book.course):
+        html = _page(built_book, solution).read_text(encoding="utf-8")
+        article = html[html.index("<article"):]
+        assert article.index("<h1") < article.index('class="cell docutils container"'), f"{solution.name}: not title first"
+        text = Page(_page(built_book, solution)).visible_text
+        assert "google.colab" not in text and "OWNER/NAME" not in text and "YOUR-ORG" not in text, solution.name
 
 
 def test_chapters_show_the_answers_folded_and_never_the_hidden_tests(built_book):
@@ -216,7 +227,7 @@ def test_a_second_build_runs_no_notebook_and_a_change_reruns_only_its_chapter(bu
 
     solution = course.solutions / "01_first_function" / "01_first_function.ipynb"
     notebook = read_notebook(solution)
-    code = next(cell for cell in notebook["cells"] if cell["cell_type"] == "code")
+    code = next(cell for cell in notebook["cells"] if cell["cell_type"] == "code" and cell.get("id") != CELL_ID)
     code["source"] = source(code) + "\nprint('a change')\n"
     hint = {"cell_type": "markdown", "id": "book-test-hint", "metadata": {},
             "source": "<details>\n<summary>Hint</summary>\n\nUse $\\frac{d}{dx} x^3 = 3x^2$.\n\n</details>"}
@@ -243,7 +254,8 @@ def _copy_of_the_built_course(built_book, tmp_path) -> Course:
 def _edit_first_cell(course: Course, cell_type: str, text: str) -> None:
     solution = course.solutions / "01_first_function" / "01_first_function.ipynb"
     notebook = read_notebook(solution)
-    cell = next(cell for cell in notebook["cells"] if cell["cell_type"] == cell_type)
+    cell = next(cell for cell in notebook["cells"]
+                if cell["cell_type"] == cell_type and cell.get("id") != CELL_ID)  # (the book leaves that one out)
     cell["source"] = source(cell) + text
     solution.write_text(json.dumps(notebook, indent=1), encoding="utf-8")
 

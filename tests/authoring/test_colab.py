@@ -1,4 +1,5 @@
-"""The Colab setup cell: first in every notebook, from one script, idempotent; README links agree."""
+"""The Colab setup cell: right below the title of every notebook, from one script, idempotent, never a
+placeholder address; README links agree."""
 
 from __future__ import annotations
 
@@ -9,22 +10,40 @@ import shutil
 import pytest
 
 from autograder.authoring.colab import (CELL_ID, PLACEHOLDER, REPOSITORY_VARIABLE, add_setup_cells, binder_url,
-                                        colab_url, setup_source, student_repository, update_readme_links)
+                                        colab_url, setup_source, student_repository, title_position,
+                                        update_readme_links)
 from autograder.course import Course, CourseError
 from conftest import REPO, read_notebook, source
 
 CLASS = "https://github.com/example-class/autograd-2027"
 
 
-def test_every_notebook_starts_with_the_setup_cell_for_the_students_repository():
+def setup_cell(cells: list[dict]) -> tuple[int, dict]:
+    """(position, cell) of a notebook's one setup cell."""
+    [(index, cell)] = [(i, c) for i, c in enumerate(cells) if c.get("id") == CELL_ID]
+    return index, cell
+
+
+def test_every_notebook_has_the_setup_cell_right_below_its_title():
     expected = setup_source(student_repository(Course(REPO)))
     notebooks = sorted(REPO.glob("solutions/*/*.ipynb")) + sorted(REPO.glob("course/*/*.ipynb"))
     assert len(notebooks) >= 14
     for path in notebooks:
-        first = read_notebook(path)["cells"][0]
-        assert (first["id"], first["cell_type"], source(first), first["outputs"]) == (CELL_ID, "code", expected, []), path
-        assert "nbgrader" not in first["metadata"], "a plain cell: nothing to grade, nothing locked"
-    assert "import google.colab" in expected and "%pip install" in expected and "solutions" not in expected
+        cells = read_notebook(path)["cells"]
+        index, cell = setup_cell(cells)
+        assert (cell["cell_type"], source(cell), cell["outputs"]) == ("code", expected, []), path
+        assert "nbgrader" not in cell["metadata"], "a plain cell: nothing to grade, nothing locked"
+        title = cells[index - 1] if index else None
+        assert title and title["cell_type"] == "markdown" and source(title).startswith("# "), f"{path}: not below the title"
+        assert all("OWNER/NAME" not in source(c) for c in cells), path
+    assert "import google.colab" in expected and "solutions" not in expected
+
+
+def test_the_setup_cell_never_shows_a_placeholder_address():
+    for cell in (setup_source(None), setup_source(CLASS)):
+        assert "OWNER" not in cell and PLACEHOLDER not in cell and "NAME" not in cell
+    assert "%pip install" not in setup_source(None) and "students' repository" in setup_source(None)
+    assert f"%pip install --quiet \"custom-autograd-course @ git+{CLASS}\"" in setup_source(CLASS)
 
 
 def test_the_repository_is_one_setting_and_the_placeholder_makes_no_link(tmp_path, monkeypatch):
@@ -36,6 +55,7 @@ def test_the_repository_is_one_setting_and_the_placeholder_makes_no_link(tmp_pat
         student_repository(course, required=True)
     placeholder_cell = setup_source(None)
     assert "%pip install --quiet" not in placeholder_cell and "print(" in placeholder_cell
+    assert "OWNER/NAME" not in placeholder_cell
     (tmp_path / "pyproject.toml").write_text((tmp_path / "pyproject.toml").read_text().replace(
         f"https://github.com/{PLACEHOLDER}/custom-autograd-course-student", CLASS + ".git"))
     assert student_repository(course) == CLASS
@@ -55,10 +75,16 @@ def test_the_script_is_idempotent_and_only_inserts_one_cell(tmp_path):
     path = tmp_path / "solutions" / "01_first_function" / "01_first_function.ipynb"
     with_cell = path.read_text()
     nb = json.loads(with_cell)
-    del nb["cells"][0]
+    index, cell = setup_cell(nb["cells"])
+    del nb["cells"][index]
+    assert title_position(nb["cells"]) == index == 1
     path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
     assert add_setup_cells(course) == [path]
     assert path.read_text() == with_cell, "the cell goes back exactly, nothing else changes"
+    nb["cells"].insert(0, cell)  # where an earlier version put it: above the title
+    path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
+    assert add_setup_cells(course) == [path]
+    assert path.read_text() == with_cell, "moved below the title"
     assert add_setup_cells(course) == []
 
 

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import re
+import shutil
 
 import pytest
 from nbgrader.validator import Validator
 
+from autograder.authoring.publish import publish
 from autograder.authoring.release import release
-from autograder.course import Course
+from autograder.course import Course, is_dropping
 from autograder.authoring.validation import validate_solution
-from conftest import REPO, nbgrader_meta, read_notebook, source
+from conftest import CLASS_REPOSITORY, REPO, nbgrader_meta, read_notebook, source
 
 ASSIGNMENTS = Course(REPO).assignments()
 SOLUTION_BLOCK = re.compile(r"### BEGIN SOLUTION\n(.*?)### END SOLUTION", re.S)
@@ -40,14 +42,48 @@ def test_notebook_is_committed_without_outputs(path):
     assert not dirty, f"{path.name}: cells {dirty} have outputs; clear them before committing"
 
 
+def _course_files(folder) -> dict:
+    """relative path -> bytes of every file under ``folder``, but Jupyter's checkpoints and editors' droppings."""
+    return {p.relative_to(folder): p.read_bytes() for p in folder.rglob("*")
+            if p.is_file() and not is_dropping(p.relative_to(folder))}
+
+
 def test_release_is_what_make_release_generates(course_copy):
     """course/ is exactly nbgrader's release of solutions/ (regenerated here and compared)."""
-    committed = {p.relative_to(course_copy.release): p.read_bytes() for p in course_copy.release.rglob("*") if p.is_file()}
+    committed = _course_files(course_copy.release)
     release(course_copy)
-    generated = {p.relative_to(course_copy.release): p.read_bytes() for p in course_copy.release.rglob("*") if p.is_file()}
+    generated = _course_files(course_copy.release)
     assert sorted(generated) == sorted(committed), "course/ has missing or extra files: run `make release`"
     stale = [str(p) for p in generated if generated[p] != committed[p]]
     assert not stale, f"course/ is out of date with solutions/ for {stale}: run `make release` and commit"
+
+
+def test_checkpoints_and_editor_droppings_are_never_course_files(course_copy, tmp_path):
+    """After `make lab` (Jupyter's .ipynb_checkpoints) and an editor's backups: the release does not carry
+    them, the release check does not see them, the edition does not ship them."""
+    assignment = ASSIGNMENTS[0]
+    droppings = [".ipynb_checkpoints/{a}-checkpoint.ipynb", "table.json~", ".DS_Store", "__pycache__/x.cpython-311.pyc"]
+
+    def drop(folder):
+        for name in droppings:
+            (folder / name.format(a=assignment)).parent.mkdir(parents=True, exist_ok=True)
+            (folder / name.format(a=assignment)).write_text("{}")
+
+    drop(course_copy.solutions / assignment)
+    drop(course_copy.release / assignment)
+    committed = _course_files(course_copy.release)
+    assert (course_copy.release / assignment / ".ipynb_checkpoints").is_dir() and len(committed) > 1
+    release(course_copy, [assignment])
+    assert _course_files(course_copy.release) == committed
+    assert not [p for p in (course_copy.release / assignment).rglob("*") if is_dropping(p.relative_to(course_copy.release))]
+    drop(course_copy.release / assignment)
+    for name in ("pyproject.toml", "constraints.txt", "environment.yml"):  # what the edition is made with
+        shutil.copy(REPO / name, course_copy.root / name)
+    edition = publish(course_copy, tmp_path / "edition", archive=False, repository=CLASS_REPOSITORY)
+    shipped = edition / "course" / assignment
+    assert not [p for p in shipped.rglob("*") if is_dropping(p.relative_to(shipped))], "droppings in the edition"
+    assert sorted(p.name for p in shipped.iterdir()) == sorted(p.name for p in (course_copy.release / assignment).iterdir()
+                                                               if not is_dropping(p.name))
 
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from autograder.authoring.colab import REPOSITORY_VARIABLE, binder_url, colab_url, setup_source
+from autograder.authoring.colab import (CELL_ID, REPOSITORY_VARIABLE, binder_url, colab_url, setup_source,
+                                        title_position)
 from autograder.course import Course
 from autograder.authoring.publish import publish
 from conftest import CLASS_REPOSITORY, REPO, filled_release, read_notebook, solution_answers, source
@@ -156,8 +157,14 @@ def test_the_distribution_is_what_students_need_and_no_instructor_tool(dist):
     assert binder_url(CLASS_REPOSITORY, "course") in readme and "solutions/" not in readme
     assert f'student-repository = "{CLASS_REPOSITORY}"' in (dist / "pyproject.toml").read_text()
     for notebook in (dist / "course").glob("*/*.ipynb"):  # on Colab, each installs the library from there
-        assert source(read_notebook(notebook)["cells"][0]) == setup_source(CLASS_REPOSITORY), notebook
-    assert "-e .[jupyter]" in (dist / "environment.yml").read_text()
+        cells = read_notebook(notebook)["cells"]
+        [index] = [i for i, cell in enumerate(cells) if cell.get("id") == CELL_ID]
+        assert source(cells[index]) == setup_source(CLASS_REPOSITORY), notebook
+        assert index == title_position(cells[:index] + cells[index + 1:]) > 0, f"{notebook}: below its title"
+    # Installed as a copy (with its Jupyter settings), by conda and by Binder as by make.
+    assert "- .[jupyter]" in (dist / "environment.yml").read_text()
+    assert ".[jupyter]" in (dist / "binder" / "requirements.txt").read_text().splitlines()
+    assert "-e " not in (dist / "environment.yml").read_text() + (dist / "binder" / "requirements.txt").read_text()
 
 
 def _in_dist(dist: Path, *args: str) -> subprocess.CompletedProcess:
@@ -240,17 +247,29 @@ def test_a_class_gets_the_assignments_released_so_far_and_nothing_later(tmp_path
     assert result.returncode != 0 and "no_such_assignment" in result.stderr and not (tmp_path / "other").exists()
 
 
-def test_the_edition_has_a_gitignore_a_license_and_no_instructor_tools_in_jupyter(dist):
+def test_the_edition_has_a_gitignore_a_license_and_no_instructor_tools_in_jupyter(dist, tmp_path):
+    """Its Jupyter settings, laid out where its pyproject installs them (the environment's etc/jupyter),
+    as Jupyter's own readers see them: the formgrader, Create Assignment, the course list and the news
+    prompt off, Validate and the assignment list on. (In a real JupyterLab in a browser: test_install.py.)"""
+    import tomllib
+
     ignored = (dist / ".gitignore").read_text().split()
     assert {".venv/", "grading/", "*.egg-info/", "__pycache__/", ".ipynb_checkpoints/"} <= set(ignored)
     assert (dist / "LICENSE").read_text() == (REPO / "LICENSE").read_text()
-    config = dist / "autograder" / "authoring"  # the edition's Makefile points JUPYTER_CONFIG_PATH here
-    env = {**os.environ, "JUPYTER_CONFIG_PATH": str(config)}
+    installed = tomllib.loads((dist / "pyproject.toml").read_text())["tool"]["setuptools"]["data-files"]
+    prefix = tmp_path / "environment"
+    for folder, files in installed.items():
+        (prefix / folder).mkdir(parents=True, exist_ok=True)
+        for name in files:
+            (prefix / folder / Path(name).name).write_bytes((dist / name).read_bytes())
+    assert (prefix / "etc/jupyter/nbgrader_config.py").is_file()  # the course's settings, for Validate
+    nbgrader_own = Path(sys.prefix, "etc/jupyter/jupyter_server_config.d/nbgrader.json")  # turns the formgrader on
+    (prefix / "etc/jupyter/jupyter_server_config.d" / nbgrader_own.name).write_bytes(nbgrader_own.read_bytes())
+    env = {**os.environ, "JUPYTER_CONFIG_PATH": str(prefix / "etc/jupyter")}
     servers = subprocess.run([sys.executable, "-c", (
-        "import json; from jupyter_core.paths import jupyter_config_path; "
-        "from jupyter_server.extension.config import ExtensionConfigManager; "
-        "print(json.dumps(ExtensionConfigManager(read_config_path=jupyter_config_path()).get_jpserver_extensions()))")],
-        env=env, capture_output=True, text=True, check=True)
+        "import json; from jupyter_server.extension.config import ExtensionConfigManager; "
+        f"print(json.dumps(ExtensionConfigManager(read_config_path=[{str(prefix / 'etc/jupyter')!r}])"
+        ".get_jpserver_extensions()))")], env=env, capture_output=True, text=True, check=True)
     enabled = json.loads(servers.stdout)
     assert enabled["nbgrader.server_extensions.formgrader"] is False and enabled["nbgrader.server_extensions.course_list"] is False
     assert enabled["nbgrader.server_extensions.validate_assignment"] and enabled["nbgrader.server_extensions.assignment_list"]
@@ -258,5 +277,17 @@ def test_the_edition_has_a_gitignore_a_license_and_no_instructor_tools_in_jupyte
     listed = lab.stdout + lab.stderr
     disabled = listed.split("Disabled extensions:")[1] if "Disabled extensions:" in listed else ""
     assert all(p in disabled for p in ("@jupyter/nbgrader:formgrader", "@jupyter/nbgrader:create-assignment",
-                                       "@jupyter/nbgrader:course-list")), listed[-2000:]
+                                       "@jupyter/nbgrader:course-list", "@jupyterlab/apputils-extension:announcements")), \
+        listed[-2000:]
     assert "validate-assignment" not in disabled
+    makefile = (dist / "Makefile").read_text()
+    assert "JUPYTER_CONFIG_PATH" not in makefile and "-e " not in makefile  # the settings come with the install
+
+
+def test_the_editions_readme_names_every_target_of_its_makefile(dist):
+    import re
+
+    targets = re.findall(r"(?m)^([a-z][\w-]*):", (dist / "Makefile").read_text())
+    assert targets == ["install", "lab", "check"]
+    readme = (dist / "README.md").read_text()
+    assert [t for t in targets if f"make {t}" not in readme] == []

@@ -67,7 +67,7 @@ def test_folder_of_students_right_and_wrong_names(course_copy, tmp_path):
         (source / name).parent.mkdir(parents=True, exist_ok=True)
         (source / name).write_bytes(data)
     mtime = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc).timestamp()
-    os.utime(source / "alice" / NOTEBOOK, (mtime, mtime))
+    os.utime(source / "alice" / NOTEBOOK, (mtime, mtime))  # a file's date says nothing of when it was handed in
 
     results = _by_student(collect(course, ASSIGNMENT, source))
 
@@ -76,7 +76,7 @@ def test_folder_of_students_right_and_wrong_names(course_copy, tmp_path):
     assert alice.collected == [NOTEBOOK] and alice.complete
     assert alice.summary() == f"alice: collected {NOTEBOOK}"
     assert (_submitted(course, "alice") / NOTEBOOK).read_bytes() == files["alice/" + NOTEBOOK]
-    assert _nbgrader_timestamp(_submitted(course, "alice")) == datetime(2026, 1, 2, 3, 4, 5)
+    assert _nbgrader_timestamp(_submitted(course, "alice")) is None and alice.handed_in is None
 
     bob = results["bob"]
     assert bob.collected == [NOTEBOOK] and bob.renamed == {NOTEBOOK: "01_first_function (1).ipynb"}
@@ -85,7 +85,7 @@ def test_folder_of_students_right_and_wrong_names(course_copy, tmp_path):
 
     carol = results["carol"]  # the right name is taken, the extra notebook is reported, not copied
     assert carol.collected == [NOTEBOOK] and carol.unexpected == ["Untitled.ipynb"] and not carol.renamed
-    assert sorted(p.name for p in _submitted(course, "carol").iterdir()) == [NOTEBOOK, "timestamp.txt"]
+    assert sorted(p.name for p in _submitted(course, "carol").iterdir()) == [NOTEBOOK]
 
     dave = results["dave"]  # two wrongly named notebooks: no guess
     assert dave.collected == [] and dave.missing == [NOTEBOOK]
@@ -93,7 +93,7 @@ def test_folder_of_students_right_and_wrong_names(course_copy, tmp_path):
     assert dave.summary() == (f'dave: nothing collected; missing {NOTEBOOK}; ignored "Untitled.ipynb", '
                               f'"Untitled1.ipynb"; no usable notebook: it will be graded \'invalid notebook\'')
     # dave handed something in: a submission without the notebook, so that grading gives him a row.
-    assert sorted(p.name for p in _submitted(course, "dave").iterdir()) == ["timestamp.txt"]
+    assert _submitted(course, "dave").is_dir() and list(_submitted(course, "dave").iterdir()) == []
 
     erin = results["erin"]
     assert erin.missing == [NOTEBOOK] and erin.unexpected == ["notes.txt"] and not erin.complete
@@ -117,9 +117,9 @@ def test_zip_flat_or_wrapped_in_one_folder(course_copy, tmp_path, prefix):
     assert all(r.complete for r in results.values())
     assert (_submitted(course, "alice") / NOTEBOOK).read_bytes() == entries[prefix + "alice/" + NOTEBOOK]
     assert (_submitted(course, "bob") / NOTEBOOK).read_bytes() == entries[prefix + "bob/Untitled.ipynb"]
-    # Zip dates carry no time zone: they are read as local time, like unzip does.
-    expected = datetime(2026, 3, 14, 9, 26, 52).astimezone(timezone.utc).replace(tzinfo=None)
-    assert _nbgrader_timestamp(_submitted(course, "alice")) == expected
+    # A zip entry's date is when the zip was made, not when the student handed in: no time is recorded.
+    assert _nbgrader_timestamp(_submitted(course, "alice")) is None
+    assert all(r.handed_in is None for r in results.values())
 
 
 def test_unsafe_zip_entries_are_refused_and_nothing_is_written_outside_submitted(course_copy, tmp_path):
@@ -177,7 +177,7 @@ def test_links_and_special_files_in_a_folder_are_refused(course_copy, tmp_path):
     assert results[None].problems == ['refused "carol": a symbolic link']
     # alice and bob handed in no usable notebook: a submission without one (grading says so).
     for student in ("alice", "bob"):
-        assert sorted(p.name for p in _submitted(course, student).iterdir()) == ["timestamp.txt"]
+        assert _submitted(course, student).is_dir() and list(_submitted(course, student).iterdir()) == []
 
 
 def test_invalid_student_ids_are_reported_and_not_collected(course_copy, tmp_path):
@@ -241,7 +241,7 @@ def test_a_200_MB_notebook_in_a_folder_is_refused(course_copy, tmp_path):
     assert results["alice"].problems == [f"refused {NOTEBOOK}: 200 MB is over the 50 MB limit for a notebook"]
     assert results["alice"].summary() == (f"alice: nothing collected; {results['alice'].problems[0]}; "
                                           "no usable notebook: it will be graded 'invalid notebook'")
-    assert sorted(p.name for p in _submitted(course, "alice").iterdir()) == ["timestamp.txt"]
+    assert _submitted(course, "alice").is_dir() and list(_submitted(course, "alice").iterdir()) == []
     assert results["bob"].complete
 
 
@@ -278,16 +278,16 @@ def test_recollecting_replaces_the_previous_submission(course_copy, tmp_path):
     first = _zip(tmp_path / "first.zip", {"alice/" + NOTEBOOK: b"first", "bob/" + NOTEBOOK: b"bob's"})
     collect(course, ASSIGNMENT, first)
     (_submitted(course, "alice") / "left-over.txt").write_text("from an earlier run")
+    (_submitted(course, "alice") / "timestamp.txt").write_text("2026-03-01 10:00:00.000000 UTC")
 
     second = _zip(tmp_path / "second.zip", {"alice/Untitled.ipynb": b"second",
                                             "bob/notes.txt": b"no notebook this time"},
                   date=(2026, 4, 1, 12, 0, 0))
     results = _by_student(collect(course, ASSIGNMENT, second))
 
-    assert sorted(p.name for p in _submitted(course, "alice").iterdir()) == [NOTEBOOK, "timestamp.txt"]
+    # The earlier submission's time went with it: this download says none.
+    assert sorted(p.name for p in _submitted(course, "alice").iterdir()) == [NOTEBOOK]
     assert (_submitted(course, "alice") / NOTEBOOK).read_bytes() == b"second"
-    assert _nbgrader_timestamp(_submitted(course, "alice")) == \
-        datetime(2026, 4, 1, 12, 0, 0).astimezone(timezone.utc).replace(tzinfo=None)
     # Nothing to collect for bob this time: his previous submission stays, and he is told so.
     assert (_submitted(course, "bob") / NOTEBOOK).read_bytes() == b"bob's"
     assert "the previous submission was kept" in results["bob"].summary()
@@ -405,6 +405,7 @@ def test_a_student_folders_timestamp_txt_is_the_time_handed_in(course_copy, tmp_
     assert _nbgrader_timestamp(_submitted(course, "alice")) == datetime(2026, 3, 16, 20, 0, 0)
     assert results["bob"].collected == [NOTEBOOK]
     assert "timestamp.txt is not a time nbgrader reads" in results["bob"].problems[0]
+    assert _nbgrader_timestamp(_submitted(course, "bob")) is None  # unknown, not the file's date
 
 
 def test_an_empty_student_folder_is_a_submission_without_a_notebook(course_copy, tmp_path):
@@ -426,4 +427,5 @@ def test_an_empty_student_folder_is_a_submission_without_a_notebook(course_copy,
     assert from_folder["alice"].complete and from_zip["carol"].complete
     for empty in (from_folder["erin"], from_zip["bob"]):
         assert empty.collected == [] and empty.missing == [NOTEBOOK] and empty.needs_attention
-        assert sorted(p.name for p in _submitted(course, empty.student_id).iterdir()) == ["timestamp.txt"]
+        assert _submitted(course, empty.student_id).is_dir()
+        assert list(_submitted(course, empty.student_id).iterdir()) == []

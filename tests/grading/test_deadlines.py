@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import shutil
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
@@ -13,6 +13,7 @@ from autograder.grading.records import deadlines
 from autograder.grading.records.deadlines import LatePenalty, describe_lateness, parse_extension, penalty
 from autograder.grading.demo.make_demo import ASSIGNMENT, DEMO_ROOT
 from test_grading import autograder, grades_csv
+from test_lms import canvas_name, canvas_zip
 
 NOTEBOOK = f"{ASSIGNMENT}.ipynb"
 HOUR = 3600.0
@@ -87,3 +88,47 @@ def test_late_work_is_marked_and_penalised_and_an_extension_regrades_only_its_st
     rows = grades_csv(course)
     assert rows["late"]["late"] == "" and float(rows["late"]["score"]) == 11
     assert float(rows["later"]["score"]) == pytest.approx(7.7)
+
+
+@pytest.mark.slow
+def test_lateness_from_canvas_is_its_late_mark_never_the_zips_dates(course_copy, tmp_path):
+    """Canvas zipped the download 1 h 17 min after the due date and marked one student of three late: only
+    that one is late, by the least the policy counts, until the instructor gives the real times."""
+    course = course_copy
+    due = datetime(2026, 3, 15, 12, 0).astimezone()
+    zipped = (due + timedelta(hours=1, minutes=17)).timetuple()[:6]  # a zip date: local time
+    notebook = (DEMO_ROOT / ASSIGNMENT / "ada" / NOTEBOOK).read_bytes()  # full marks: 11
+    download = canvas_zip(tmp_path / "submissions.zip", {
+        canvas_name("Early, Ann", 1, 11, NOTEBOOK): notebook,
+        canvas_name("Ontime, Ben", 2, 12, NOTEBOOK): notebook,
+        canvas_name("Late, Cy", 3, 13, NOTEBOOK, late=True): notebook}, zipped_at=zipped)
+    (tmp_path / "class.csv").write_text("id,first_name,last_name,lms_user_id\nann,Ann,Early,1\nben,Ben,Ontime,2\n"
+                                        "cy,Cy,Late,3\n", encoding="utf-8")
+    autograder(course, "roster", str(tmp_path / "class.csv"))
+    collected = autograder(course, "collect", ASSIGNMENT, str(download))
+    assert "no submission time for 3 students" in collected.stderr and "cy, marked late" in collected.stderr
+    autograder(course, "deadline", ASSIGNMENT, "--due", due.isoformat(), "--penalty", "10")
+
+    first = autograder(course, "grade", ASSIGNMENT)
+
+    rows = grades_csv(course)
+    for on_time in ("ann", "ben"):
+        assert rows[on_time]["late"] == "" and float(rows[on_time]["score"]) == 11
+    assert rows["cy"]["late"] == deadlines.TIME_UNKNOWN == "marked late, time unknown"
+    assert float(rows["cy"]["penalty"]) == pytest.approx(1.1)  # one hour started: 10%
+    assert float(rows["cy"]["score"]) == pytest.approx(9.9)
+    assert "graded; marked late, time unknown, -1.1 points" in first.stdout
+    autograder(course, "feedback", ASSIGNMENT)
+    page = (course.grading / "feedback" / "cy" / ASSIGNMENT / f"{ASSIGNMENT}.html").read_text(encoding="utf-8")
+    assert "Marked late by the course&#x27;s LMS, which does not say when" in page
+
+    handed_in = (due + timedelta(hours=4, minutes=30)).astimezone(timezone.utc)
+    times = tmp_path / "times.csv"  # as Canvas's submissions API gives it: user_id, submitted_at
+    times.write_text(f"user_id,submitted_at\n3,{handed_in:%Y-%m-%dT%H:%M:%SZ}\n", encoding="utf-8")
+    autograder(course, "collect", ASSIGNMENT, str(download), "--times", str(times))
+    second = autograder(course, "grade", ASSIGNMENT)
+
+    assert "regraded 1 submission because the submission changed: cy" in second.stderr
+    rows = grades_csv(course)
+    assert rows["cy"]["late"] == "4 h 30 min" and float(rows["cy"]["score"]) == pytest.approx(5.5)
+    assert rows["ann"]["late"] == "" and float(rows["ann"]["score"]) == 11

@@ -42,9 +42,13 @@ def test_derivations_scored_in_the_formgrader_count_in_grades_report_export_and_
     rows = grades_csv(course)
     assert {s: (float(r["score"]), float(r["max_score"]), r["to_grade_by_hand"]) for s, r in rows.items()} == {
         "ada": (19, 29, "5"), "bo": (19, 29, "")}  # bo's blank answers score 0 at once: nothing to grade
-    assert "10 points are answers graded by hand: 5 answers of 1 students await you in the formgrader" in graded.stdout
+    assert "10 points are answers graded by hand: 5 answers of 1 student await you in the formgrader" in graded.stdout
     waiting = report(course, ASSIGNMENT, tmp_path / "report-before")
     assert "answers still to grade by hand" in waiting.summary.read_text()
+    # Not graded yet: after every exercise with a final pass rate, labelled, never a 0% at the top.
+    table = [line for line in waiting.summary.read_text().splitlines() if line.startswith("| ")][1:]
+    assert [line.startswith("| derive_") for line in table] == [False] * (len(table) - 5) + [True] * 5
+    assert all(line.endswith("| 0/1, 1 not graded yet | not graded yet |") for line in table[-5:]), table
 
     with course.gradebook() as gb:
         submission = gb.find_submission_notebook(ASSIGNMENT, ASSIGNMENT, "ada").id
@@ -61,9 +65,19 @@ def test_derivations_scored_in_the_formgrader_count_in_grades_report_export_and_
         _formgrader(base, token, "PUT", f"comment/{comment['id']}",
                     {"manual_comment": "The centring adds a second path: where is mean(g_c)?"})
 
-    exported = export(course, ASSIGNMENT, tmp_path / "export")  # the gradebook's scores, not grades.csv's
+    # Whichever the instructor runs next brings grading/grades.csv up to the gradebook: one truth.
+    stale = (course.grading / "grades.csv").read_text(encoding="utf-8")
+    for command in ("feedback", "report", "export"):
+        (course.grading / "grades.csv").write_text(stale, encoding="utf-8")
+        autograder(course, command, ASSIGNMENT)
+        assert {s: (r["score"], r["to_grade_by_hand"]) for s, r in grades_csv(course).items()} == {
+            "ada": ("28", ""), "bo": ("19", "")}, command
+
+    exported = export(course, ASSIGNMENT, tmp_path / "export")
     plain = {r["student_id"]: r for r in _csv_rows(exported.plain)}
     assert (plain["ada"]["score"], plain["bo"]["score"], exported.to_grade_by_hand) == ("28", "19", {})
+    assert {s: (r["score"], r["to_grade_by_hand"]) for s, r in plain.items()} == \
+        {s: (r["score"], r["to_grade_by_hand"]) for s, r in grades_csv(course).items()}
     per_test = {r["student_id"]: r for r in _csv_rows(exported.per_test)}
     assert per_test["ada"]["derive_layer_norm"] == "1" and per_test["bo"]["derive_layer_norm"] == "0"
 

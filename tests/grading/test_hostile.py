@@ -248,19 +248,60 @@ def digest(folder: Path) -> dict[str, str]:
             for p in sorted(folder.rglob("*")) if p.is_file() and "__pycache__" not in p.parts}
 
 
-def sandbox_processes() -> list[str]:
-    """Processes still running as a sandbox uid, or running the attacks' sleeps."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
+# Runs a command as a subreaper (prctl PR_SET_CHILD_SUBREAPER): a process the command starts that outlives
+# its parent (a double fork, setsid) becomes this process's child, not init's. After the command, it writes
+# what of its descendants still runs as a sandbox uid or runs the attacks' sleeps into the file argv[1]
+# (processes of another checkout's tests on this machine are not its descendants), kills them and reaps them.
+REAPER = r"""
+import ctypes, json, os, re, signal, subprocess, sys, time
+assert ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
+code = subprocess.call(sys.argv[2:])
+time.sleep(0.5)
+
+def reap():
+    try:
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
+    except ChildProcessError:
+        pass
+
+def parents():
+    found = {}
+    for pid in filter(str.isdigit, os.listdir('/proc')):
         try:
-            status = Path(f"/proc/{pid}/status").read_text()
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            status = open(f'/proc/{pid}/status').read()
         except OSError:
             continue
-        uid = int(re.search(r"^Uid:\s+(\d+)", status, re.M).group(1))
-        if uid >= sandbox.UID_BASE or "sleep 777" in cmdline:
-            found.append(f"{pid} uid {uid}: {cmdline}")
+        found[int(pid)] = (int(re.search(r'^PPid:\s+(\d+)', status, re.M)[1]),
+                           int(re.search(r'^Uid:\s+(\d+)', status, re.M)[1]), re.search(r'^State:\s+(\S)', status, re.M)[1])
     return found
+
+reap()
+table, mine, left = parents(), {os.getpid()}, []
+for _ in range(len(table)):
+    mine |= {pid for pid, (ppid, _, _) in table.items() if ppid in mine}
+for pid in sorted(mine - {os.getpid()}):
+    _, uid, state = table[pid]
+    try:
+        cmdline = open(f'/proc/{pid}/cmdline', 'rb').read().replace(b'\0', b' ').decode()
+    except OSError:
+        continue
+    if state != 'Z' and (uid >= int(sys.argv[1].split(':')[0]) or 'sleep 777' in cmdline):
+        left.append(f'{pid} uid {uid}: {cmdline}')
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+reap()
+open(sys.argv[1].split(':', 1)[1], 'w').write(json.dumps(left))
+sys.exit(code)
+"""
+
+
+def run_reaping(command: list[str], report: Path, **kwargs) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """``command`` run under REAPER: its result, and the processes it started that it left running."""
+    result = subprocess.run([sys.executable, "-c", REAPER, f"{sandbox.UID_BASE}:{report}", *command], **kwargs)
+    return result, json.loads(report.read_text())
 
 
 def decoded(text: str) -> str:
@@ -361,15 +402,14 @@ def run(tmp_path_factory):
               "submitted": digest(course.grading / "submitted")}
     env = {**course.environment(), "GRADER_SECRET_TOKEN": SECRET}
     try:
-        graded = subprocess.run([sys.executable, "-m", "autograder", "grade", ASSIGNMENT, "--timeout", "10",
-                                 "--memory", "1", "--jobs", "2"], cwd=course.root, env=env, capture_output=True,
-                                text=True, timeout=900)
+        graded, left = run_reaping([sys.executable, "-m", "autograder", "grade", ASSIGNMENT, "--timeout", "10",
+                                    "--memory", "1", "--jobs", "2"], course.root / "left-running.json",
+                                   cwd=course.root, env=env, capture_output=True, text=True, timeout=900)
         feedback = autograder(course, "feedback", ASSIGNMENT)
     finally:
         time.sleep(0.5)
         stop.set()
         listener.close()
-    left = sandbox_processes()
     after = {"solutions": digest(course.solutions), "package": digest(PACKAGE),
              "submitted": digest(course.grading / "submitted")}
     if PLANTED.exists():
@@ -403,9 +443,20 @@ def test_nothing_outside_its_own_folder_was_changed(run):
 
 
 def test_nothing_is_left_running(run):
+    """Of the processes the grading run started (another checkout's tests on this machine are not judged)."""
     assert run.left_running == []
     made = int(re.search(r"forked (\d+)", run.outputs("fork_bomb")).group(1))
     assert 0 < made <= sandbox.PROCESSES
+
+
+def test_the_reaper_sees_what_a_command_leaves_running_and_ends_it(tmp_path):
+    """The check above can fail: a detached sleep is reported (and ended); a command leaving nothing reports nothing."""
+    detach = "import subprocess; subprocess.Popen(['sleep', '7779'], start_new_session=True)"
+    result, left = run_reaping([sys.executable, "-c", detach], tmp_path / "left.json", timeout=60)
+    assert result.returncode == 0 and len(left) == 1 and left[0].endswith("sleep 7779 "), left
+    pid = int(left[0].split()[0])
+    assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/status").read_text().split("State:")[1][:4]
+    assert run_reaping([sys.executable, "-c", "pass"], tmp_path / "none.json", timeout=60)[1] == []
 
 
 def test_no_secret_or_hidden_test_reaches_what_students_see(run):

@@ -1,7 +1,12 @@
-"""Collecting LMS downloads shaped like Canvas's, Moodle's and Blackboard's, and any layout by regexp."""
+"""Collecting LMS downloads shaped like Canvas's, Moodle's and Blackboard's, and any layout by regexp.
+
+When each was handed in comes from the LMS's record (Blackboard's file names, Canvas's LATE mark,
+Moodle's grading worksheet, a CSV from Canvas's submissions API), never a zip entry's date.
+"""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import zipfile
@@ -12,6 +17,7 @@ from nbgrader.coursedir import CourseDirectory
 
 from autograder.course import CourseError
 from autograder.grading.records.collect import collect
+from autograder.grading.records.handed_in import marked_late
 from autograder.grading.records.lms import Layout, Roster, RosterStudent, detect, resubmission_key
 
 ASSIGNMENT = "01_first_function"
@@ -52,15 +58,29 @@ MARCH = (2026, 3, 14, 9, 0, 0)
 LATER = (2026, 3, 16, 18, 30, 0)
 
 
+def canvas_name(sortable_name: str, user_id: int, attachment_id: int, file: str, late: bool = False) -> str:
+    """A file's name in Canvas's "Download Submissions" zip, as Canvas's ContentZipper makes it: the sortable
+    name lower-cased without its punctuation, LATE when Canvas marked the submission late, the user id, then
+    the attachment's id and name."""
+    who = re.sub(r"[^\w]", "", "_".join([sortable_name.lower(), *(["LATE"] if late else []), str(user_id)]))
+    return f"{who}_{attachment_id}_{file}"
+
+
+def canvas_zip(path, files: dict[str, bytes], zipped_at: tuple):
+    """Canvas writes every entry as it zips: each entry's date is when the zip was made, not when it was handed in."""
+    return _zip(path, {name: (data, zipped_at) for name, data in files.items()})
+
+
 def test_canvas_flat_zip_maps_lms_ids_through_the_roster(course_copy, tmp_path):
-    source = _zip(tmp_path / "submissions.zip", {
-        f"doejane_12345_67890_{NOTEBOOK}": (b"jane", MARCH),
-        f"smithbob_LATE_22222_67891_{NOTEBOOK}": (b"bob, late", LATER),
-        # José resubmitted: Canvas names the second upload -1; the latest wins.
-        f"núñezjosé_33333_67892_{NOTEBOOK}": (b"jose first", MARCH),
-        f"núñezjosé_33333_67999_{ASSIGNMENT}-1.ipynb": (b"jose second", LATER),
-        f"strangerx_99999_67893_{NOTEBOOK}": (b"not on the roster", MARCH),
-    })
+    source = canvas_zip(tmp_path / "submissions.zip", {
+        canvas_name("Doe, Jane", 12345, 67890, NOTEBOOK): b"jane",
+        canvas_name("Smith, Bob", 22222, 67891, NOTEBOOK, late=True): b"bob, late",
+        # José's submission has two files of one name: Canvas names the second -1; the latest wins.
+        canvas_name("Núñez, José", 33333, 67892, NOTEBOOK): b"jose first",
+        canvas_name("Núñez, José", 33333, 67999, f"{ASSIGNMENT}-1.ipynb"): b"jose second",
+        canvas_name("Stranger, X", 99999, 67893, NOTEBOOK): b"not on the roster",
+    }, zipped_at=LATER)
+    assert f"smithbob_LATE_22222_67891_{NOTEBOOK}" in zipfile.ZipFile(source).namelist()  # Canvas's own names
 
     results = collect(course_copy, ASSIGNMENT, source, roster=ROSTER)
     by_student = _by_student(results)
@@ -68,8 +88,13 @@ def test_canvas_flat_zip_maps_lms_ids_through_the_roster(course_copy, tmp_path):
     assert sorted(by_student) == ["bsmith", "jdoe", "jnunez", "strangerx"]
     assert (_submitted(course_copy, "jdoe") / NOTEBOOK).read_bytes() == b"jane"
     assert by_student["jdoe"].complete and not by_student["jdoe"].skipped_something  # (its bytes are no notebook)
-    assert by_student["bsmith"].notes == ["marked late by the LMS"]
-    assert _timestamp(_submitted(course_copy, "bsmith")) == _local(*LATER)
+    # Canvas's download says who was late, not when: its zip's dates are when the zip was made.
+    assert by_student["bsmith"].notes == ["marked late by the LMS, time unknown"]
+    assert {s: (r.handed_in, r.marked_late) for s, r in by_student.items()} == {
+        "bsmith": (None, True), "jdoe": (None, False), "jnunez": (None, False), "strangerx": (None, False)}
+    for student, late in (("bsmith", True), ("jdoe", False)):
+        assert _timestamp(_submitted(course_copy, student)) is None
+        assert marked_late(_submitted(course_copy, student)) is late
     jose = by_student["jnunez"]
     assert (_submitted(course_copy, "jnunez") / NOTEBOOK).read_bytes() == b"jose second"
     assert len(jose.notes) == 1 and jose.notes[0].startswith(
@@ -99,10 +124,82 @@ def test_moodle_folders_with_spaces_and_accents(course_copy, tmp_path):
     # Li Lei handed in only online text: no notebook, graded 'invalid notebook'.
     lei = by_student["llei"]
     assert lei.collected == [] and lei.missing == [NOTEBOOK] and lei.needs_attention
-    assert sorted(p.name for p in _submitted(course_copy, "llei").iterdir()) == ["timestamp.txt"]
+    assert _submitted(course_copy, "llei").is_dir() and list(_submitted(course_copy, "llei").iterdir()) == []
     # Not on the roster: collected under an id made from the name, and reported.
     assert (_submitted(course_copy, "Zoe_Q") / NOTEBOOK).read_bytes() == b"zoe"
     assert '"Zoë Q" (LMS id 555) is not on the roster: collected as Zoe_Q' in by_student["Zoe_Q"].warnings[0]
+    # Moodle's download says neither when nor whether late.
+    assert all(r.handed_in is None and r.marked_late is None for r in by_student.values())
+    assert _timestamp(_submitted(course_copy, "jdoe")) is None
+
+
+MOODLE_WORKSHEET_HEADER = ('"Identifier","Full name","Email address","Status","Grade","Maximum Grade",'
+                           '"Grade can be changed","Last modified (submission)","Last modified (grade)",'
+                           '"Feedback comments"')
+
+
+def test_moodle_times_come_from_its_grading_worksheet(course_copy, tmp_path):
+    """Moodle's "Download grading worksheet" CSV, as it is: Identifier "Participant N" is the number in the
+    download's folder names, and "Last modified (submission)" the time (the instructor's time zone, here local)."""
+    source = _zip(tmp_path / "moodle.zip", {
+        f"Jane Doe_12345_assignsubmission_file_/{NOTEBOOK}": (b"jane", LATER),
+        f"Zoë Q_555_assignsubmission_file_/{NOTEBOOK}": (b"zoe", LATER),
+        f"Bob Smith_22222_assignsubmission_file_/{NOTEBOOK}": (b"bob", LATER),
+    })
+    worksheet = tmp_path / "Grades-Assignment 1.csv"
+    worksheet.write_text("\ufeff" + "\n".join([
+        MOODLE_WORKSHEET_HEADER,
+        '"Participant 12345","Jane Doe",jane@uni.edu,"Submitted for grading",,100.00,Yes,'
+        '"Saturday, 14 March 2026, 9:26 AM",-,',
+        '"Participant 555","Zoë Q",zoe@uni.edu,"Submitted for grading - 1 day 2 hours late",,100.00,Yes,'
+        '"Monday, 16 March 2026, 6:30 PM",-,',
+        '"Participant 22222","Bob Smith",bob@uni.edu,"No submission",,100.00,Yes,-,-,',
+        '"Participant 999","Not In The Download",x@uni.edu,"No submission",,100.00,Yes,-,-,',
+    ]) + "\n", encoding="utf-8")
+
+    by_student = _by_student(collect(course_copy, ASSIGNMENT, source, roster=ROSTER, times=worksheet))
+
+    assert _timestamp(_submitted(course_copy, "jdoe")) == _local(2026, 3, 14, 9, 26)
+    assert _timestamp(_submitted(course_copy, "Zoe_Q")) == _local(2026, 3, 16, 18, 30)  # matched by its number
+    assert by_student["bsmith"].handed_in is None and _timestamp(_submitted(course_copy, "bsmith")) is None
+
+
+def test_canvas_times_from_its_submissions_api_win_over_the_late_mark(course_copy, tmp_path):
+    """Canvas's submissions API (submitted_at, late), written as a CSV by the instructor, gives the times its
+    download lacks; a student the CSV does not list keeps Canvas's mark and no time."""
+    source = canvas_zip(tmp_path / "submissions.zip", {
+        canvas_name("Doe, Jane", 12345, 1, NOTEBOOK): b"jane",
+        canvas_name("Smith, Bob", 22222, 2, NOTEBOOK, late=True): b"bob",
+        canvas_name("Li, Lei", 44444, 3, NOTEBOOK, late=True): b"lei",
+    }, zipped_at=LATER)
+    times = tmp_path / "times.csv"
+    times.write_text("user_id,submitted_at,late\n12345,2026-03-14T08:00:00Z,false\n"
+                     "22222,2026-03-15T23:17:00Z,true\n", encoding="utf-8")
+
+    by_student = _by_student(collect(course_copy, ASSIGNMENT, source, roster=ROSTER, times=times))
+
+    assert _timestamp(_submitted(course_copy, "jdoe")) == datetime(2026, 3, 14, 8, 0)
+    assert _timestamp(_submitted(course_copy, "bsmith")) == datetime(2026, 3, 15, 23, 17)
+    assert by_student["bsmith"].notes == ["marked late by the LMS"]
+    lei = by_student["llei"]  # on the roster by name
+    assert lei.handed_in is None and lei.marked_late and lei.notes == ["marked late by the LMS, time unknown"]
+    assert marked_late(_submitted(course_copy, "llei")) is True
+
+
+def test_a_times_file_that_cannot_be_read_stops_collect_before_anything_is_written(course_copy, tmp_path):
+    source = canvas_zip(tmp_path / "submissions.zip", {canvas_name("Doe, Jane", 12345, 1, NOTEBOOK): b"jane"},
+                        zipped_at=LATER)
+    no_time_column = tmp_path / "names.csv"
+    no_time_column.write_text("user_id,name\n12345,Jane\n", encoding="utf-8")
+    bad_time = tmp_path / "bad.csv"
+    bad_time.write_text("user_id,submitted_at\n12345,2026-03-14T08:00:00Z\n22222,last tuesday-ish\n",
+                        encoding="utf-8")
+
+    with pytest.raises(CourseError, match="needs a column saying who .* and one saying when"):
+        collect(course_copy, ASSIGNMENT, source, roster=ROSTER, times=no_time_column)
+    with pytest.raises(CourseError, match="bad.csv line 3: cannot read the time 'last tuesday-ish'"):
+        collect(course_copy, ASSIGNMENT, source, roster=ROSTER, times=bad_time)
+    assert not (course_copy.grading / "submitted").exists()
 
 
 def test_blackboard_attempts_latest_wins_with_its_time(course_copy, tmp_path):
@@ -183,9 +280,16 @@ def test_the_roster_in_the_gradebook_maps_canvas_ids_and_the_cli_exit_says_what_
     assert f"bsmith: collected {NOTEBOOK}\njdoe: collected {NOTEBOOK}\n" in skipped.stdout
     assert "whoisthis" in skipped.stdout and "not on the roster" in skipped.stdout
     assert "3 students collected, 1 with problems" in skipped.stdout
+    assert ("no submission time for 3 students (Canvas's download carries no submission times (only its LATE "
+            "mark") in skipped.stderr and "they count as on time" in skipped.stderr
     assert "collect again" in skipped.stderr and "Traceback" not in skipped.stderr
     assert (_submitted(course, "jdoe") / NOTEBOOK).read_bytes() == released
 
     empty = run("collect", ASSIGNMENT, str(nothing))
     assert empty.returncode == 1 and "0 students collected" in empty.stdout
     assert "no notebook of 01_first_function was collected" in empty.stderr
+
+    one = _zip(tmp_path / "one.zip", {f"smithbob_LATE_22222_2_{NOTEBOOK}": (released, LATER)})
+    alone = run("collect", ASSIGNMENT, str(one))
+    assert alone.returncode == 0 and "1 student collected, 0 with problems" in alone.stdout
+    assert "bsmith, marked late by the LMS, counts as late by the least the late policy counts" in alone.stderr

@@ -150,6 +150,25 @@ def _assert_page_says_what_the_summary_says(result: Report) -> None:
     assert page.active == []
 
 
+def test_answers_not_graded_yet_come_after_the_others_labelled_never_as_0_percent(tmp_path):
+    """05's derivations before the formgrader: no pass rate yet, so not at the top of "worst first"."""
+    exercises = report_module.worst_first([
+        Exercise("test_softmax", 3, 2, 4), Exercise("derive_softmax", 2, 0, 0, by_hand=True, to_grade=4),
+        Exercise("derive_attention", 2, 0, 1, by_hand=True, to_grade=3),  # one blank answer: 0 at once
+        Exercise("test_attention", 3, 4, 4), Exercise("derive_layer_norm", 2, 1, 4, by_hand=True)])
+    assert [e.name for e in exercises] == ["derive_layer_norm", "test_softmax", "test_attention",
+                                           "derive_attention", "derive_softmax"]
+    result = Report("05_deriving_backward", 12, {"ada": 7, "bo": 9}, exercises)
+    result.histogram, result.pass_rates = tmp_path / "scores.png", tmp_path / "pass_rates.png"
+    table = [line for line in report_module._summary_text(result).splitlines() if line.startswith("| ")][1:]
+    assert table == ["| derive_layer_norm (by hand) | 2 | 1/4 | 25% |",
+                     "| test_softmax | 3 | 2/4 | 50% |",
+                     "| test_attention | 3 | 4/4 | 100% |",
+                     "| derive_attention (by hand) | 2 | 0/1, 3 not graded yet | not graded yet |",
+                     "| derive_softmax (by hand) | 2 | 4 not graded yet | not graded yet |"]
+    _assert_png(report_module._plot_pass_rates(result, tmp_path / "pass_rates.png"))
+
+
 def test_the_html_report_shows_hostile_ids_as_text(tmp_path):
     hostile = '<script>alert("x-id")</script><img src=x onerror=alert(1)>'
     result = Report("01_first_function", 4.0, {hostile: 3.0, "bob": 4.0}, [Exercise("test_cube", 4.0, 1, 2)],

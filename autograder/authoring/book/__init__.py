@@ -8,8 +8,10 @@ in a work folder (``build/book/`` by default) and runs Sphinx with warnings as e
 - one chapter per solution notebook of every assignment (``Course.assignments()``), with nbgrader's
   hidden tests removed (its ``ClearHiddenTests``) and the solution markers dropped; each answer cell
   is folded behind "Show the model answer";
-- at the top of each chapter, links to work on the STUDENT notebook (``course/``): Open in Colab,
-  Launch Binder, and downloads of the notebook alone and with the data files beside it;
+- at the top of each chapter, below its title, links to work on the STUDENT notebook (``course/``):
+  Open in Colab, Launch Binder, and downloads of the notebook alone and with the data files beside
+  it; the notebooks' Colab setup cell (``colab``) is left out: it does nothing in the book, and the
+  Colab link opens the student notebook, which has its own;
 - a hidden first cell makes every matplotlib PNG carry its figure's titles, which ``conf.py``
   turns into the image's alt text with the chapter's title.
 
@@ -33,8 +35,8 @@ from pathlib import Path
 import nbformat
 from nbgrader.preprocessors import ClearHiddenTests
 
-from autograder.authoring.colab import binder_url, colab_url, student_repository
-from autograder.course import Course, CourseError
+from autograder.authoring.colab import CELL_ID, binder_url, colab_url, student_repository
+from autograder.course import Course, CourseError, is_dropping
 
 CONF_DIR = Path(__file__).resolve().parent  # conf.py lives beside this file
 # The instructors' guide (grading, guarantees): Markdown pages of the book, linked from the README.
@@ -181,7 +183,7 @@ def _stage(book: list[Chapter], source: Path, repository: str | None) -> None:
 def _data_files(folder: Path) -> list[Path]:
     """The files beside an assignment's notebooks that are not notebooks (data a notebook reads)."""
     return sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix != ".ipynb"
-                  and not any(part.startswith(".") for part in p.relative_to(folder).parts))
+                  and not is_dropping(p.relative_to(folder)))
 
 
 def _zip(folder: Path, data: list[Path]) -> bytes:
@@ -198,6 +200,7 @@ def _zip(folder: Path, data: list[Path]) -> bytes:
 def _chapter_notebook(chapter: Chapter, repository: str | None) -> str:
     """The solution notebook as a chapter: no hidden tests, answers folded, links to work on it."""
     notebook = nbformat.read(chapter.solution, as_version=4)
+    notebook.cells = [cell for cell in notebook.cells if cell.get("id") != CELL_ID]  # Colab's setup: not for the book
     notebook, _ = ClearHiddenTests().preprocess(notebook, {})
     for cell in notebook.cells:
         grading = cell.metadata.get("nbgrader", {})

@@ -10,6 +10,11 @@ copied one that cannot be read as a notebook (``records.submissions.read_submiss
 collected, so that grading gives its student a row and a page saying why, and is reported as a
 problem now. A student who handed in no usable notebook gets a submission without one, so that
 grading gives them a row saying so.
+
+When each submission was handed in comes from the LMS's own record (``records.handed_in``): a
+time in the file names (Blackboard), nbgrader's ``timestamp.txt`` in a student folder, or a CSV
+the instructor gives (``--times``), never a file's date in the download; the LMS's late mark
+(Canvas's ``LATE``) is kept beside it.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from pathlib import Path
 from typing import BinaryIO, Callable
 
 from autograder.course import Course, CourseError
+from autograder.grading.records.handed_in import SubmissionTimes, write_mark
 from autograder.grading.records.lms import Layout, Roster, detect, parse_timestamp, resubmission_key
 from autograder.grading.records.submissions import InvalidNotebook, read_submission
 
@@ -54,6 +60,9 @@ class CollectResult:
     warnings: list[str] = field(default_factory=list)      # collected, but to check: not on the roster
     invalid: dict[str, str] = field(default_factory=dict)  # collected notebook -> why it cannot be graded
     destination: Path | None = None                        # submitted/<student>/<assignment>/, if written
+    handed_in: datetime | None = None  # when, from the LMS's record (None: the download carries no time)
+    marked_late: bool | None = None    # the LMS's own late mark (None: it gives none)
+    layout: str = ""                   # how the download was read: canvas, moodle, blackboard, folders, regexp
 
     @property
     def complete(self) -> bool:
@@ -99,16 +108,19 @@ class _Entry:
     open: Callable[[], BinaryIO]
     refused: str = ""  # why it may not be collected (a link, not a regular file, encrypted)
     empty_folder: bool = False  # not a file: a folder with nothing in it (a student who handed in nothing)
+    handed_in: datetime | None = None  # the submission time its name carries (Blackboard, a regexp's timestamp)
 
 
 def collect(course: Course, assignment: str, source: Path, *, layout: str | None = None,
-            regexp: str | None = None, roster: Roster | None = None,
+            regexp: str | None = None, roster: Roster | None = None, times: Path | None = None,
             max_notebook_bytes: int = MAX_NOTEBOOK_BYTES) -> list[CollectResult]:
     """Put each student's notebooks of ``assignment`` from ``source`` (folder or zip) into submitted/.
 
     ``layout`` names a built-in layout (canvas, moodle, blackboard, folders; default: the one that
     reads most notebooks), ``regexp`` is nbgrader's named_regexp for any other layout, and
-    ``roster`` maps LMS ids and names to student ids (default: the gradebook's students).
+    ``roster`` maps LMS ids and names to student ids (default: the gradebook's students), and
+    ``times`` is a CSV of submission times (``records.handed_in.SubmissionTimes``), which wins over
+    any time the download carries.
     Raises CollectError when the source as a whole is unusable; everything about one student or
     one entry is reported in that student's CollectResult (the last result, with student_id None,
     holds entries that belong to no student, if any). Re-collecting a student replaces their
@@ -126,7 +138,8 @@ def collect(course: Course, assignment: str, source: Path, *, layout: str | None
     outside = CollectResult(None)
     reader = Layout.from_regexp(regexp) if regexp else Layout.named(layout) if layout else None
     roster = roster if roster is not None else Roster.load(course)
-    how = _How(expected, assignment, submitted, max_notebook_bytes, reader, roster)
+    submission_times = SubmissionTimes.read(times, roster) if times else None
+    how = _How(expected, assignment, submitted, max_notebook_bytes, reader, roster, submission_times)
     if source.is_dir():
         entries = _folder_entries(source)
         return _collect_entries(entries, outside, f"folder {source}", how)
@@ -152,6 +165,7 @@ class _How:
     limit: int
     layout: Layout | None
     roster: Roster
+    times: SubmissionTimes | None
 
 
 def _collect_entries(entries: list[_Entry], outside: CollectResult, described: str, how: _How) -> list[CollectResult]:
@@ -159,14 +173,16 @@ def _collect_entries(entries: list[_Entry], outside: CollectResult, described: s
     layout = how.layout or detect([e.parts for e in entries])
     students: dict[str, list[_Entry]] = {}
     results: dict[str, CollectResult] = {}
+    named: dict[str, dict[str, str]] = {}  # student -> how the download names them (for --times)
     unknown: dict[str, CollectResult] = {}
     for entry in entries:
         if entry.empty_folder:  # read as if it held a file, so the layout says whose folder it is
             groups = layout.match(entry.parts + ("_",)) if layout.on == "path" else None
             student, _ = how.roster.resolve(groups) if groups and groups.get("file_id") else (None, "")
             if student is not None:
-                results.setdefault(student, CollectResult(student))
+                results.setdefault(student, CollectResult(student, layout=layout.name))
                 students.setdefault(student, [])
+                named.setdefault(student, groups)
             continue
         groups = layout.match(entry.parts)
         if groups is not None and "receipt" in groups:
@@ -185,19 +201,21 @@ def _collect_entries(entries: list[_Entry], outside: CollectResult, described: s
             if note not in result.problems:
                 result.problems.append(note)
             continue
-        result = results.setdefault(student, CollectResult(student))
+        result = results.setdefault(student, CollectResult(student, layout=layout.name))
+        named.setdefault(student, groups)
         if note and note not in result.warnings:
             result.warnings.append(note)
-        if groups.get("late") and "marked late by the LMS" not in result.notes:
-            result.notes.append("marked late by the LMS")
-        modified = entry.modified
+        if "late" in layout.pattern.groupindex:  # Canvas marks late files; the others are on time by its word
+            result.marked_late = bool(result.marked_late) or bool(groups.get("late"))
+        handed_in = None
         if groups.get("timestamp"):
             try:
-                modified = parse_timestamp(groups["timestamp"])
+                handed_in = parse_timestamp(groups["timestamp"])
             except ValueError as error:
-                result.problems.append(f"{error}; the file's own date is used")
+                result.problems.append(f"{error}: its time is unknown")
         parts = (student, *groups["file_id"].split("/"))
-        students.setdefault(student, []).append(_Entry(parts, entry.size, modified, entry.open, entry.refused))
+        students.setdefault(student, []).append(_Entry(parts, entry.size, handed_in or entry.modified, entry.open,
+                                                       entry.refused, handed_in=handed_in))
     if not students and not unknown:
         found = f" (found only: {', '.join(_shown(n) for n in outside.unexpected + outside.problems)})" \
             if outside.unexpected or outside.problems else ""
@@ -206,8 +224,7 @@ def _collect_entries(entries: list[_Entry], outside: CollectResult, described: s
                            "or Blackboard, or a layout given with --regexp")
     for student in sorted(students):
         files = _latest_attempts(students[student], results[student])
-        _collect_student(results[student], files, how.expected,
-                         how.submitted / student / how.assignment, how.limit)
+        _collect_student(results[student], files, how, named[student])
     ordered = [results[s] for s in sorted(results)] + [unknown[w] for w in sorted(unknown)]
     return ordered + ([outside] if outside.unexpected or outside.problems else [])
 
@@ -224,23 +241,25 @@ def _latest_attempts(entries: list[_Entry], result: CollectResult) -> list[_Entr
         latest = found[-1][2]
         kept.append(latest)
         if len(found) > 1:
-            older = ", ".join(f'"{_shown("/".join(e.parts[1:]))}" ({_when(t)})' for t, _, e in found[:-1])
-            result.notes.append(f'resubmitted: kept the latest, "{_shown("/".join(latest.parts[1:]))}" '
-                                f"({_when(found[-1][0])}), not {older}")
+            older = ", ".join(f'"{_shown("/".join(e.parts[1:]))}"{_when(e)}' for _, _, e in found[:-1])
+            result.notes.append(f'resubmitted: kept the latest, "{_shown("/".join(latest.parts[1:]))}"'
+                                f"{_when(latest)}, not {older}")
     return kept
 
 
-def _when(moment: datetime) -> str:
-    return moment.strftime("%Y-%m-%d %H:%M UTC")
+def _when(entry: _Entry) -> str:
+    """' (2026-03-14 09:26 UTC)' when the download says when this file was handed in, else ''."""
+    return f" ({entry.handed_in:%Y-%m-%d %H:%M} UTC)" if entry.handed_in else ""
 
 
-def _collect_student(result: CollectResult, entries: list[_Entry], expected: list[str], destination: Path,
-                     limit: int) -> CollectResult:
+def _collect_student(result: CollectResult, entries: list[_Entry], how: _How, groups: dict[str, str]) -> None:
     """Match one student's files with the expected notebooks and write what can be collected.
 
     A student with no usable notebook and no earlier submission gets a submission without one, so
     that ``grade`` gives them a row saying the notebook is missing.
     """
+    expected, limit = how.expected, how.limit
+    destination = how.submitted / result.student_id / how.assignment
     files = {}
     for entry in entries:
         name = "/".join(entry.parts[1:])
@@ -248,7 +267,7 @@ def _collect_student(result: CollectResult, entries: list[_Entry], expected: lis
             result.problems.append(f'refused "{_shown(name)}": {entry.refused}')
         else:
             files[name] = entry
-    handed_in_at = _own_timestamp(files.pop("timestamp.txt", None), result)
+    own_time = _own_timestamp(files.pop("timestamp.txt", None), result)
     chosen = {name: files.pop(name) for name in expected if name in files}
     missing = [name for name in expected if name not in chosen]
     notebooks = [name for name in files if name.lower().endswith(".ipynb")]
@@ -263,17 +282,28 @@ def _collect_student(result: CollectResult, entries: list[_Entry], expected: lis
                                    f"{_size(limit)} limit for a notebook")
             del chosen[name]
             result.renamed.pop(name, None)
-    if handed_in_at:
-        chosen = {name: _Entry(e.parts, e.size, handed_in_at, e.open, e.refused) for name, e in chosen.items()}
+    _when_handed_in(result, own_time, list(chosen.values()) or entries, how.times, groups)
     if chosen:
         _write_submission(destination, chosen, limit, result)
     if not result.collected and destination.exists():
         result.problems.append("the previous submission was kept")
     elif not result.collected:
-        times = [e.modified for e in entries] or [datetime.now(timezone.utc)]
-        _write_submission(destination, {}, limit, result, max(times))
+        _write_submission(destination, {}, limit, result, empty=True)
         result.notes.append("no usable notebook: it will be graded 'invalid notebook'")
-    return result
+
+
+def _when_handed_in(result: CollectResult, own_time: datetime | None, entries: list[_Entry],
+                    times: SubmissionTimes | None, groups: dict[str, str]) -> None:
+    """The submission's time and late mark: the instructor's CSV, else nbgrader's timestamp.txt, else
+    the time the file names carry (the latest, if all carry one); never a file's date in the download."""
+    named = [e.handed_in for e in entries]
+    result.handed_in = own_time or (max(named) if named and None not in named else None)
+    given = times.find(result.student_id, groups) if times else None
+    if given is not None:
+        result.handed_in = given.time or result.handed_in
+        result.marked_late = given.late if given.late is not None else result.marked_late
+    if result.marked_late:
+        result.notes.append("marked late by the LMS" + ("" if result.handed_in else ", time unknown"))
 
 
 def _own_timestamp(entry: _Entry | None, result: CollectResult) -> datetime | None:
@@ -285,22 +315,23 @@ def _own_timestamp(entry: _Entry | None, result: CollectResult) -> datetime | No
     try:
         with entry.open() as stream:
             return parse_utc(stream.read(200).decode("utf-8").strip()).replace(tzinfo=timezone.utc)
-    except Exception as error:  # any unreadable time: the files' own dates are used, and the instructor told
-        result.problems.append(f"timestamp.txt is not a time nbgrader reads ({error}); the file's date is used")
+    except Exception as error:  # any unreadable time: the time is unknown, and the instructor told
+        result.problems.append(f"timestamp.txt is not a time nbgrader reads ({error}): the time handed in is "
+                               "unknown")
         return None
 
 
 def _write_submission(destination: Path, chosen: dict[str, _Entry], limit: int, result: CollectResult,
-                      empty_time: datetime | None = None) -> None:
-    """Copy the chosen notebooks and timestamp.txt beside ``destination``, then swap it in by rename.
+                      empty: bool = False) -> None:
+    """Copy the chosen notebooks, the time handed in (``timestamp.txt``, when known) and the LMS's late
+    mark (``handed_in.json``, when it gives one) beside ``destination``, then swap it in by rename.
 
-    With ``empty_time``, a submission of no notebook at all is written (when no chosen notebook can be copied).
+    With ``empty``, a submission of no notebook at all is written (when no chosen notebook can be copied).
     """
     destination.parent.mkdir(parents=True, exist_ok=True)
     scratch = destination.parent / f".collecting-{destination.name}-{uuid.uuid4().hex[:8]}"
     scratch.mkdir()
     try:
-        times = []
         for name, entry in chosen.items():
             try:
                 with entry.open() as stream, open(scratch / name, "wb") as out:
@@ -317,10 +348,12 @@ def _write_submission(destination: Path, chosen: dict[str, _Entry], limit: int, 
                 read_submission(scratch / name)
             except InvalidNotebook as error:
                 result.invalid[name] = str(error)
-            times.append(entry.modified)
-        if not result.collected and empty_time is None:
+        if not result.collected and not empty:
             return
-        (scratch / "timestamp.txt").write_text(max(times or [empty_time]).strftime(TIMESTAMP_FORMAT))
+        if result.handed_in:
+            (scratch / "timestamp.txt").write_text(result.handed_in.strftime(TIMESTAMP_FORMAT))
+        if result.marked_late is not None:
+            write_mark(scratch, result.marked_late)
         previous = destination.with_name(f".replaced-{destination.name}-{uuid.uuid4().hex[:8]}")
         if destination.exists():
             destination.rename(previous)

@@ -5,7 +5,10 @@ an assignment's policy in ``grading/deadlines.json``; ``grade`` puts it into nbg
 (the assignment's ``duedate``, each submission's ``extension``) and scores lateness through
 nbgrader's own hook, ``AssignLatePenalties`` with a ``LateSubmissionPlugin``: ``LatePenalty`` below
 takes a percentage of the score per hour or day started, up to a cap. How late a submission is
-comes from its ``timestamp.txt`` (written by ``collect``), as in nbgrader.
+comes from its ``timestamp.txt`` (written by ``collect`` from the LMS's record), as in nbgrader. A
+submission the LMS marked late without saying when (Canvas's download) counts as late by the least
+the policy counts: handed in one second after its deadline and grace (``submission_time``), and
+described as "marked late, time unknown".
 """
 
 from __future__ import annotations
@@ -15,14 +18,17 @@ import math
 import re
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 from nbgrader.plugins import LateSubmissionPlugin
 from traitlets import Bool, Float
 from traitlets.config import Config
 
 from autograder.course import Course, CourseError
+from autograder.grading.records.handed_in import marked_late
 
 FILE = "deadlines.json"
+TIME_UNKNOWN = "marked late, time unknown"  # how late, for a submission the LMS marked late without a time
 PERIODS = {"hour": 3600.0, "day": 86400.0}
 
 
@@ -171,6 +177,25 @@ def record_due_date(gradebook, assignment: str, policy: Policy) -> None:
 def record_extension(gradebook, assignment: str, student: str, policy: Policy) -> None:
     """The student's extension into their submission in nbgrader's gradebook (none: removed)."""
     gradebook.grant_extension(assignment, student, hours=policy.extensions.get(student, 0.0))
+
+
+def submission_time(folder: Path, policy: Policy, student: str, recorded: datetime | None) -> datetime | None:
+    """The submission time nbgrader gets (naive UTC): the recorded one (``timestamp.txt``), else, for a
+    submission in ``folder`` the LMS marked late without a time, one second past the student's deadline
+    and grace: late by the least the policy counts. None: on time (no time, and not marked late)."""
+    deadline = policy.deadline_for(student)
+    if recorded or deadline is None or not _late_without_time(folder):
+        return recorded
+    return (deadline + timedelta(minutes=policy.grace_minutes, seconds=1)).astimezone(timezone.utc).replace(tzinfo=None)
+
+
+def lateness(folder: Path, seconds: float) -> str:
+    """How late the submission in ``folder`` is, for grades.csv: ``describe_lateness``, or TIME_UNKNOWN."""
+    return TIME_UNKNOWN if seconds > 0 and _late_without_time(folder) else describe_lateness(seconds)
+
+
+def _late_without_time(folder: Path) -> bool:
+    return not (folder / "timestamp.txt").exists() and bool(marked_late(folder))
 
 
 def describe_lateness(seconds: float) -> str:

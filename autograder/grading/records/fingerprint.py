@@ -12,6 +12,7 @@ from importlib import metadata
 from pathlib import Path
 
 import autograder
+from autograder.course import is_dropping
 
 # The code whose behaviour decides a score: the checker the tests call and the grading pipeline.
 _PACKAGE = Path(autograder.__file__).resolve().parent
@@ -20,11 +21,11 @@ GRADER_SOURCES = ("student/**/*.py", "course.py", "grading/grade.py", "grading/r
 
 
 def folder_digest(folder: Path) -> str:
-    """Every file under ``folder`` (names and contents), except hidden files and caches."""
+    """Every file under ``folder`` (names and contents), except Jupyter's checkpoints, caches and editors' droppings."""
     digest = hashlib.sha256()
     for path in sorted(folder.rglob("*")):
         relative = path.relative_to(folder)
-        if path.is_file() and not any(p.startswith(".") or p == "__pycache__" for p in relative.parts):
+        if path.is_file() and not is_dropping(relative):
             digest.update(str(relative).encode() + b"\0")
             digest.update(hashlib.sha256(path.read_bytes()).digest())
     return digest.hexdigest()

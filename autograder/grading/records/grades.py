@@ -1,4 +1,9 @@
-"""grades.csv: one row per student and assignment, and a student's status (the worst of their notebooks')."""
+"""grades.csv: one row per student and assignment, and a student's status (the worst of their notebooks').
+
+``grade`` writes it; after scores are given by hand in the formgrader, ``refresh_scores`` (run by
+``feedback``, ``report`` and ``export``) brings its scores and answers still to grade up to the
+gradebook's, so every grades CSV agrees with the gradebook.
+"""
 
 from __future__ import annotations
 
@@ -59,6 +64,40 @@ def worsen(row: Row, status: str, detail: str) -> None:
         row.detail = f"{row.detail}; {detail}" if row.detail else detail
 
 
+def read_grades_csv(course: Course, assignment: str) -> list[Row]:
+    """The rows of ``assignment`` in grades.csv ([] when it has none)."""
+    path = course.grading / GRADES_CSV
+    if not path.exists():
+        return []
+    with open(path, newline="", encoding="utf-8") as f:
+        return [Row(r["student_id"], assignment, float(r.get("score") or 0), float(r.get("max_score") or 0),
+                    r.get("status") or "graded", r.get("detail", ""), late=r.get("late", ""),
+                    penalty=float(r.get("penalty") or 0), to_grade_by_hand=int(r.get("to_grade_by_hand") or 0))
+                for r in csv.DictReader(f) if r.get("assignment") == assignment]
+
+
+def refresh_scores(course: Course, assignment: str) -> list[Row]:
+    """grades.csv's rows of ``assignment`` with the gradebook's scores now (after any given by hand in the
+    formgrader since ``grade``), less the late penalty ``grade`` took; written back, and returned."""
+    from nbgrader.api import MissingEntry
+
+    rows = read_grades_csv(course, assignment)
+    if not rows:
+        return rows
+    with course.gradebook() as gb:
+        for row in rows:
+            if row.status == "missing":
+                continue
+            try:
+                submission = gb.find_submission(assignment, row.student_id)
+            except MissingEntry:
+                continue
+            row.score = float(submission.score) - row.penalty
+            row.to_grade_by_hand = hand_graded(submission)[1]
+    write_grades_csv(course, assignment, rows)
+    return rows
+
+
 def write_grades_csv(course: Course, assignment: str, rows: list[Row]) -> Path:
     """Write (or update) grades.csv: one row per student and assignment."""
     path = course.grading / GRADES_CSV
@@ -68,7 +107,7 @@ def write_grades_csv(course: Course, assignment: str, rows: list[Row]) -> Path:
             kept = [r for r in csv.DictReader(f) if r.get("assignment") != assignment]
     fields = ["student_id", "assignment", "score", "max_score", "status", "detail", "late", "penalty",
               "to_grade_by_hand"]
-    with CsvFile(path, fields) as writer:  # every cell safe to open in a spreadsheet
+    with CsvFile(path, fields) as writer:  # every cell safe to open in a spreadsheet; written whole or not at all
         writer.writerows(kept)
         for r in rows:
             writer.writerow({"student_id": r.student_id, "assignment": r.assignment, "score": f"{r.score:g}",

@@ -1,7 +1,8 @@
 """Grades out, in forms an LMS or a spreadsheet reads: Canvas's gradebook CSV, a plain CSV, per test.
 
-Scores are grades.csv's (after any late penalty; 0 for a student who handed in nothing); names and
-LMS ids come from the roster in the gradebook, and per-test points from the gradebook's grades.
+Scores are grades.csv's, brought up to the gradebook's first (``records.grades.refresh_scores``: scores
+given by hand in the formgrader since ``grade``), after any late penalty, 0 for a student who handed in
+nothing; names and LMS ids come from the roster in the gradebook, and per-test points from its grades.
 
 - ``canvas.csv``: Canvas's gradebook import (Grades > Import): ``Student, ID, SIS User ID, SIS
   Login ID, Section`` and one column for the assignment, with the "Points Possible" row. Canvas
@@ -23,7 +24,7 @@ from pathlib import Path
 from nbgrader.api import MissingEntry
 
 from autograder.course import Course, CourseError
-from autograder.grading.records.grades import GRADES_CSV, hand_graded
+from autograder.grading.records.grades import GRADES_CSV, refresh_scores
 from autograder.grading.records.spreadsheet import CsvFile
 
 CANVAS_FIXED = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
@@ -43,6 +44,7 @@ def export(course: Course, assignment: str, out_dir: Path, canvas_column: str | 
     """Write the three CSV files for ``assignment`` into ``out_dir``; grade first."""
     course.check_assignment(assignment)
     rows = _graded_rows(course, assignment)
+    to_grade = {sid: int(row.get("to_grade_by_hand") or 0) for sid, row in rows.items()}
     with course.gradebook() as gb:
         people = {s.id: s for s in gb.students}
         try:
@@ -53,7 +55,6 @@ def export(course: Course, assignment: str, out_dir: Path, canvas_column: str | 
         tests = _tests(submissions.values(), _source_order(course, assignment))
         per_test = {student: _points(submission, tests) for student, submission in submissions.items()}
         details = {sid: _person(people.get(sid)) for sid in rows}
-        to_grade = _with_hand_grades(rows, submissions)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     max_score = next(iter(rows.values()))["max_score"]
@@ -76,7 +77,7 @@ def export(course: Course, assignment: str, out_dir: Path, canvas_column: str | 
             person = details[sid]
             writer.writerow([sid, person["lms_user_id"], person["first_name"], person["last_name"], person["email"],
                              assignment, row["score"], row["max_score"], row["status"], row.get("late", ""),
-                             row.get("penalty", ""), to_grade.get(sid, "") or ""])
+                             row.get("penalty", ""), row.get("to_grade_by_hand", "")])
 
     by_test = out_dir / "per_test.csv"
     with CsvFile(by_test) as writer:
@@ -91,7 +92,9 @@ def export(course: Course, assignment: str, out_dir: Path, canvas_column: str | 
 
 
 def _graded_rows(course: Course, assignment: str) -> dict[str, dict]:
+    """grades.csv's rows of ``assignment`` (student -> row), its scores brought up to the gradebook's first."""
     path = course.grading / GRADES_CSV
+    refresh_scores(course, assignment)
     rows = {}
     if path.exists():
         with path.open(newline="", encoding="utf-8") as stream:
@@ -99,20 +102,6 @@ def _graded_rows(course: Course, assignment: str) -> dict[str, dict]:
     if not rows:
         raise CourseError(f"no grades for {assignment} in {path}: run `python -m autograder grade {assignment}` first")
     return dict(sorted(rows.items()))
-
-
-def _with_hand_grades(rows: dict[str, dict], submissions: dict) -> dict[str, int]:
-    """Scores as the gradebook holds them now (grades.csv's are from the last `grade`, before any score
-    given by hand in the formgrader), after the same late penalty; returns each student's answers still
-    to grade by hand."""
-    to_grade = {}
-    for sid, row in rows.items():
-        submission = submissions.get(sid)
-        if submission is None or row.get("status") == "missing":
-            continue
-        row["score"] = f"{float(submission.score) - float(row.get('penalty') or 0):g}"
-        to_grade[sid] = hand_graded(submission)[1]
-    return to_grade
 
 
 def _source_order(course: Course, assignment: str) -> dict[tuple[str, str], int]:

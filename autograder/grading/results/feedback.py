@@ -22,6 +22,7 @@ from traitlets import Any, Bool, List, Unicode
 from autograder.authoring.hints import strip_answer_hints
 from autograder.course import Course, CourseError
 from autograder.grading.records import deadlines
+from autograder.grading.records.grades import refresh_scores
 from autograder.grading.results.markup import STUDENT_ATTRIBUTES, STUDENT_TAGS, markdown_to_html
 from autograder.grading.running.protocol import defuse_markers
 
@@ -148,6 +149,7 @@ def feedback(course: Course, assignment: str) -> Feedback:
                 continue
             folder.mkdir(parents=True, exist_ok=True)
             page.write_text(_unfinished_page(course, assignment, student, notebook.stem), encoding="utf-8")
+    refresh_scores(course, assignment)  # grades.csv agrees with the pages: scores given by hand since `grade`
     pages = sorted((course.grading / "feedback").glob(f"*/{assignment}/*.html"))
     _mark_late_pages(course, assignment, pages)
     return Feedback(pages, problems)
@@ -213,7 +215,9 @@ def _mark_late_pages(course: Course, assignment: str, pages: list[Path]) -> None
             if deadline else ""
         cost = f"; late penalty: {row['penalty']} points, already taken from the score below" if row.get("penalty") \
             else "; no points were taken for it"
+        how_late = ("Marked late by the course's LMS, which does not say when: counted as late by the least the late "
+                    "policy counts" if row["late"] == deadlines.TIME_UNKNOWN else f"Handed in {row['late']} late")
         notice = (f'<div class="late-notice" style="margin:1em;padding:.5em 1em;border:2px solid #c60;">'
-                  f"Handed in {html.escape(row['late'])} late{html.escape(due)}{html.escape(cost)}.</div>")
+                  f"{html.escape(how_late)}{html.escape(due)}{html.escape(cost)}.</div>")
         text = page.read_text(encoding="utf-8")
         page.write_text(re.sub(r"(<body[^>]*>)", lambda m: m.group(1) + notice, text, count=1), encoding="utf-8")

@@ -6,8 +6,10 @@ sees what the class struggled with) and ``summary.html``: the same Markdown rend
 (``markup.markdown_to_html``), its two figures embedded, so the one file opens offline, mailed or
 uploaded to an LMS. An exercise is a graded cell (grade_id): a test cell, or an answer graded by
 hand in the formgrader (05's derivations); a student passes it with full marks. Answers not yet
-scored by hand are counted apart, not as failures. If ``<grading>/grades.csv`` has a ``status``
-column, the summary also counts the grading statuses (graded, timed out, ...).
+scored by hand are counted apart, not as failures: an exercise with answers still to grade has no
+final pass rate, so it comes after the others, labelled "not graded yet", never as a 0% at the top. If ``<grading>/grades.csv`` has a ``status``
+column, the summary also counts the grading statuses (graded, timed out, ...); its scores are
+brought up to the gradebook's first (``records.grades.refresh_scores``), so the two agree.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from matplotlib.ticker import MaxNLocator
 from nbgrader.api import Gradebook, MissingEntry
 
 from autograder.course import Course, CourseError
-from autograder.grading.records.grades import is_by_hand
+from autograder.grading.records.grades import is_by_hand, refresh_scores
 from autograder.grading.results.markup import markdown_to_html
 
 
@@ -41,6 +43,16 @@ class Exercise:
     @property
     def pass_rate(self) -> float:
         return self.passed / self.graded if self.graded else 0.0
+
+    @property
+    def waiting(self) -> bool:
+        """Graded by hand, with answers not scored yet: its pass rate is not final."""
+        return self.to_grade > 0
+
+    def label(self) -> str:
+        """Its full marks, e.g. '3/4', or '1/2, 2 not graded yet'."""
+        waiting = f"{self.to_grade} not graded yet"
+        return waiting if not self.graded else f"{self.passed}/{self.graded}" + (f", {waiting}" if self.waiting else "")
 
 
 @dataclass
@@ -73,6 +85,7 @@ def report(course: Course, assignment: str, out_dir: Path) -> Report:
     submission of it has been graded.
     """
     result = _read_gradebook(course, assignment)
+    refresh_scores(course, assignment)
     result.statuses = _read_statuses(course.grading / "grades.csv", assignment)
     result.late = _read_late(course.grading / "grades.csv", assignment)
     out_dir = Path(out_dir)
@@ -116,8 +129,13 @@ def _read_gradebook(course: Course, assignment: str) -> Report:
                     exercise.passed += 1
     if not scores:
         raise CourseError(f"no graded submission of '{assignment}' in the gradebook: grade it first")
-    worst_first = sorted(exercises.values(), key=lambda e: (e.pass_rate, e.name))
-    return Report(assignment, max_score, dict(sorted(scores.items())), worst_first, sorted(not_graded))
+    return Report(assignment, max_score, dict(sorted(scores.items())), worst_first(exercises.values()),
+                  sorted(not_graded))
+
+
+def worst_first(exercises) -> list[Exercise]:
+    """Lowest pass rate first; those with answers still to grade by hand after all the others."""
+    return sorted(exercises, key=lambda e: (e.waiting, e.pass_rate, e.name))
 
 
 def _read_statuses(grades_csv: Path, assignment: str) -> dict[str, int]:
@@ -149,7 +167,7 @@ def _plot_scores(result: Report, path: Path) -> Path:
     axes.yaxis.set_major_locator(MaxNLocator(integer=True))
     axes.set_xlabel(f"total score (out of {result.max_score:g})")
     axes.set_ylabel("students")
-    axes.set_title(f"{result.assignment}: {len(result.scores)} students, mean {result.mean:.1f}")
+    axes.set_title(f"{result.assignment}: students graded {len(result.scores)}, mean {result.mean:.1f}")
     figure.savefig(path, dpi=100)
     return path
 
@@ -159,7 +177,7 @@ def _plot_pass_rates(result: Report, path: Path) -> Path:
     figure = Figure(figsize=(7, 1 + 0.4 * len(exercises)), layout="constrained")
     axes = figure.subplots()
     bars = axes.barh([e.name for e in exercises], [100 * e.pass_rate for e in exercises], color="tab:green")
-    axes.bar_label(bars, labels=[f"{e.passed}/{e.graded}" for e in exercises], padding=3)
+    axes.bar_label(bars, labels=[e.label() for e in exercises], padding=3)
     axes.set_xlim(0, 110)
     axes.set_xlabel("students with full marks (%)")
     axes.set_title(f"{result.assignment}: pass rate per exercise")
@@ -190,8 +208,8 @@ def _summary_text(result: Report) -> str:
                      + ", ".join(f"{name} {count}" for name, count in waiting.items()))
     lines += ["", "## Exercises, worst first", "",
               "| exercise | points | full marks | pass rate |", "|---|---|---|---|"]
-    lines += [f"| {e.name}{' (by hand)' if e.by_hand else ''} | {e.max_score:g} | {e.passed}/{e.graded} | "
-              f"{100 * e.pass_rate:.0f}% |" for e in result.exercises]
+    lines += [f"| {e.name}{' (by hand)' if e.by_hand else ''} | {e.max_score:g} | {e.label()} | "
+              f"{'not graded yet' if e.waiting else f'{100 * e.pass_rate:.0f}%'} |" for e in result.exercises]
     lines += ["", f"![Total scores]({result.histogram.name})", "",
               f"![Pass rate per exercise]({result.pass_rates.name})", ""]
     return "\n".join(lines)

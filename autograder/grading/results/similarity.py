@@ -142,7 +142,7 @@ pre {{ background: #f6f6f6; padding: .5em; overflow-x: auto; white-space: pre-wr
 mark {{ background: #ffd27f; }}
 </style></head><body>
 <h1>Similar submissions: {e(result.assignment)}</h1>
-<p>{len(result.students)} submissions; their answer cells were compared pairwise with copydetect, ignoring
+<p>Submissions: {len(result.students)}. Their answer cells were compared pairwise with copydetect, ignoring
 {ignored} and the tests. Pairs where at least {100 * threshold:.0f}% of one student's answer code is
 found in the other's, most similar first. This flags pairs for you to read: similar answers to a
 small exercise are not proof of copying, and no grade was changed.</p>
