@@ -12,10 +12,10 @@ import contextlib
 import inspect
 
 from autograder.student.checker.messages import (
-    _DEVICE_RULE, _FLAG_RULE, _a_tensor_on, _count, _diagnose, _difference, _dtype, _explain_needs_input_grad_error,
-    _flag_branches, _is_tensor_close, _output_label, _raw_problem, _returned_none, _run_reference, _run_student, _shape,
-    _wrong_flag, wrong_gradient, wrong_output,
+    _DEVICE_RULE, _a_tensor_on, _count, _diagnose, _difference, _dtype, _is_tensor_close, _output_label, _raw_problem,
+    _returned_none, _run_reference, _run_student, _shape, wrong_gradient, wrong_output,
 )
+from autograder.student.checker.flags import _FLAG_RULE, _explain_needs_input_grad_error, _flag_branches, _wrong_flag
 from autograder.student.checker.references import (
     _allclose, _as_tuple, _autograd_grad, _Case, _close, _draw, _engine_module, _equal, _Function, _Generator,
     _graph_node, _HandedBackToAutograd, _Inputs, _is_float_tensor, _no_grad, _StudentError, _Tensor,
