@@ -6,8 +6,10 @@ which the graded release strips (``autograder.authoring.hints``). Everything els
 and in the students' edition: statements, the hints it keeps, worked examples, "Common mistakes",
 "What you learned". These tests compare the two, for every notebook:
 
-- **code**: the code the shipped Markdown shows (inline spans and code blocks; ``...`` in it stands for
-  anything) is no statement of a solution, nor the value one assigns or returns, unless students see that
+- **code**: the code the shipped Markdown shows (inline spans, also those a line break wraps, and code blocks;
+  ``...`` in it stands for anything, but the code it shows of its own must be at least half of the line it
+  matches: ``mask=...`` or ``tl.sum(..., axis=0)`` name an API's argument and hand over no line) is no
+  statement of a solution, nor the value one assigns or returns, unless students see that
   code anyway: in a shipped code cell (a worked example, a test's reference), or in the statement of an
   exercise, which says what to write (``forward`` returns ``x.clamp(min=0)``). A statement may not show
   the code of a derivative (in ``backward`` or ``jvp``): deriving it is what is graded;
@@ -36,7 +38,7 @@ ASSIGNMENTS = Course(REPO).assignments()
 SOLUTION = re.compile(r"### BEGIN SOLUTION\n(.*?)### END SOLUTION", re.S)
 HINT = re.compile(r"<details>\s*<summary>\s*([^<]*?)\s*</summary>(.*?)</details>", re.S)
 ANSWER_LEVEL = re.compile(r"^Hint (\d+): the answer$")
-INLINE_CODE = re.compile(r"(?<!`)`([^`\n]+)`(?!`)")
+INLINE_CODE = re.compile(r"(?<!`)`((?:[^`\n]|\n(?!\n))+)`(?!`)")  # a span may wrap onto the next line
 CODE_BLOCK = re.compile(r"```[a-z]*\n(.*?)```", re.S)
 MATH = re.compile(r"\$\$(.+?)\$\$|\$([^$]+)\$", re.S)
 EXERCISE = re.compile(r"^## Exercise", re.M)
@@ -116,23 +118,26 @@ def _code_cells_show(cells: list[dict]) -> set[str]:
 
 
 def _code_shown(markdown: str) -> list[str]:
-    """The code a Markdown text shows: its inline spans and the lines of its code blocks."""
-    shown = [m.group(1) for m in INLINE_CODE.finditer(CODE_BLOCK.sub("", markdown))]
+    """The code a Markdown text shows: its inline spans (a wrapped one as one line) and the lines of its code
+    blocks."""
+    shown = [" ".join(m.group(1).split()) for m in INLINE_CODE.finditer(CODE_BLOCK.sub("", markdown))]
     for block in CODE_BLOCK.findall(markdown):
         shown += block.splitlines()
     return [s.strip() for s in shown if s.strip()]
 
 
 def _shows(shown: str, answer: str) -> bool:
-    """Whether code shown in prose is the answer or a part of it; ``...`` in it stands for anything."""
+    """Whether code shown in prose is the answer or a part of it. ``...`` in it stands for anything, so long as
+    what the code shows of its own is at least half of the answer: a fragment that is mostly ``...`` (``mask=...``,
+    ``tl.sum(..., axis=0)``) matches many lines and hands over none of them."""
     placeholder = "_placeholder_"
     tree = _parse(shown.replace("...", placeholder))
     if tree is None or not (_substantial(tree, placeholder) or any(map(_binds, tree.body))):
         return False
     if "..." not in shown:
         return any(_normal(n) == answer for n in ast.walk(tree) if isinstance(n, (ast.stmt, ast.expr)))
-    pattern = ".*?".join(re.escape(part) for part in _normal(tree).split(placeholder))
-    return re.search(pattern, answer) is not None
+    own = _normal(tree).split(placeholder)
+    return re.search(".*?".join(map(re.escape, own)), answer) is not None and 2 * len("".join(own)) >= len(answer)
 
 
 def _statements(cells: list[dict]) -> str:
@@ -287,6 +292,12 @@ CODE_GIVEN_AWAY = [
     ("02_saving_for_backward", "cell-44e5583d", "(`grad_output * mask` works)", "grad_output*mask"),  # its statement
     ("09_production_pytorch", "cell-7c6c4e63", "divide by a `torch.where(..., 1.0)`-protected value, then pick.",
      "torch.where(positive,y,1.0)"),  # Common mistakes: Exercise 1's double-where fix
+    ("10_triton_kernels", "exercise-1", _hint("Then `h = x + bias[None, :]`, GELU, and one `tl.store` with the "
+                                              "same offsets and mask."),
+     "h=x+bias[None,:]"),  # BiasGELU forward's Hint 1: the bias's line
+    ("10_triton_kernels", "exercise-2", _hint("Then `cdf` $= \\Phi(h)$, `pdf` $= \\varphi(h)$, "
+                                              "`grad_h = grad_output * (cdf + h * pdf)`."),
+     "grad_h=grad_output*(cdf+h*pdf)"),  # its backward's Hint 1: the gradient's line
 ]
 
 
@@ -296,6 +307,27 @@ def test_solution_code_in_shipped_prose_is_found(assignment, cell_id, text, answ
     found = code_shipped(solutions, _with(shipped, cell_id, new=text))
     assert found and all(line.startswith(f"{cell_id}: ") for line in found)
     assert any(line.endswith(f"`{answer}`") for line in found), found
+
+
+def test_a_span_that_a_line_break_wraps_is_read_whole():
+    """Markdown wraps long lines, inline code included (10's forward Hint 1 once gave its grid that way)."""
+    solutions, shipped = _notebooks("10_triton_kernels")
+    wrapped = _hint("Then `grad_h = grad_output *\n(cdf + h * pdf)`.")
+    shown = "exercise-2: `grad_h = grad_output * (cdf + h * pdf)` is the solution's"
+    assert code_shipped(solutions, _with(shipped, "exercise-2", new=wrapped)) == [
+        f"{shown} `grad_h=grad_output*(cdf+h*pdf)`", f"{shown} `grad_output*(cdf+h*pdf)`"]
+
+
+def test_a_fragment_that_is_mostly_wildcard_hands_over_nothing_and_one_that_is_mostly_its_own_code_does():
+    """``mask=...`` and ``tl.sum(..., axis=0)`` match a dozen of 10's solution lines and give none of them; a
+    line with only its mask left out gives that line."""
+    solutions, shipped = _notebooks("10_triton_kernels")
+    named = _hint("Load with `mask=...` and `other=0.0`, and reduce with `tl.sum(..., axis=0)`.")
+    assert code_shipped(solutions, _with(shipped, "exercise-4", new=named)) == []
+    store = "`tl.store(y_ptr + offsets, 0.5 * h * (1 + tl.math.erf(h * 0.7071067811865476)), mask=...)`"
+    assert code_shipped(solutions, _with(shipped, "exercise-4", new=_hint(store))) == [
+        f"exercise-4: {store} is the solution's `tl.store(y_ptr+offsets,0.5*h*(1+tl.math.erf(h*0.7071067811865476)),"
+        "mask=inside)`"]
 
 
 def test_a_graded_result_in_other_notation_is_found():
