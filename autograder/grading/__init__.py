@@ -10,7 +10,8 @@ Three rooms, imported only downwards (``running`` <- ``records`` <- ``results`` 
   grading kernel) and ``preparation`` (the cells that run, tests put back: shared by ``grade`` and
   ``check``);
 - ``records``: the class's records: ``roster``, ``collect`` and ``lms`` (downloads in),
-  ``submissions`` (a submitted file read safely), ``deadlines``, ``grades`` (grades.csv),
+  ``submissions`` (a submitted file read safely), ``deadlines``, ``grades`` (grades.csv), ``scores``
+  (a test cell's points in the gradebook, from its verdict),
   ``fingerprint`` (what a grade depends on) and ``speed`` (nbgrader's gradebook steps made cheap);
 - ``results``: what comes out: ``feedback``, ``report``, ``export``, ``similarity`` and ``terminal``
   (tables and progress bars);

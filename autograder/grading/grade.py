@@ -40,11 +40,12 @@ from nbgrader.api import Gradebook, MissingEntry
 from sqlalchemy.exc import SAWarning
 from nbgrader.coursedir import CourseDirectory
 from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, ClearOutput, IgnorePattern, LimitOutput,
-                                    OverwriteCells, OverwriteKernelspec, SaveAutoGrades)
+                                    OverwriteCells, OverwriteKernelspec)
 
 from autograder.course import Course, CourseError
 from autograder.grading.records import deadlines
 from autograder.grading.records.grades import Row, hand_graded, worsen, write_grades_csv
+from autograder.grading.records.scores import SaveVerdicts
 from autograder.grading.records.submissions import (
     InvalidNotebook, graded_ids, read_submission, write_problem_notebook, wrong_assignment,
 )
@@ -423,23 +424,6 @@ class _Grader:
         return row
 
 
-class SaveVerdicts(SaveAutoGrades):
-    """nbgrader's ``SaveAutoGrades``, except that a code test cell scores its points iff its verdict passed
-    (``resources["verdicts"]``: grade id -> passed), else 0: never nbgrader's partial credit, which takes
-    the first number a test cell's outputs show (a student's code can emit one from anywhere). Answers
-    (05's written derivations) keep nbgrader's rule: 0 when left blank, else graded by hand."""
-
-    def _add_score(self, cell, resources) -> None:
-        if cell.cell_type != "code" or cell.metadata["nbgrader"].get("solution"):
-            return super()._add_score(cell, resources)
-        grade = self.gradebook.find_grade(cell.metadata["nbgrader"]["grade_id"], self.notebook_id,
-                                          self.assignment_id, self.student_id)
-        passed = resources["verdicts"].get(grade.name, False)
-        grade.auto_score = float(grade.max_score) if passed else 0.0
-        grade.needs_manual_grade = grade.manual_score is not None  # an instructor's score is kept, to review
-        self.gradebook.db.commit()
-
-
 def points_in_process(nb, decided: set[int]) -> float:
     """Points of the notebook's test cells the referee did not decide: their verdict came from the student's
     own process alone (where its code can reach the grader's objects), guarded only by the tamper guard."""
@@ -469,19 +453,7 @@ def _sync_gradebook(course: Course, assignment: str) -> None:
     if stamp.exists() and stamp.read_text() == _synced_digest(course, assignment) and _in_gradebook(course, assignment):
         return
     sync_assignment(course, assignment)
-    mark_synced(course, assignment)
-
-
-def sync_gradebook(course: Course, assignment: str) -> None:
-    """Record ``assignment`` in ``course``'s gradebook now, unless it is there and unchanged (``check`` makes its
-    private course's gradebook with it before grading, to keep a copy for later checks)."""
-    course.grading.mkdir(parents=True, exist_ok=True)
-    _sync_gradebook(course, assignment)
-
-
-def mark_synced(course: Course, assignment: str) -> None:
-    """Say that ``course``'s gradebook holds ``assignment`` as its solutions are now (a copied gradebook does)."""
-    (course.grading / f".synced-{assignment}").write_text(_synced_digest(course, assignment))
+    stamp.write_text(_synced_digest(course, assignment))
 
 
 def _synced_digest(course: Course, assignment: str) -> str:
