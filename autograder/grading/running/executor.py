@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 
 from autograder.grading.running.child import child_main
 from autograder.grading.running.confinement import Limits, confine
+from autograder.grading.running.environment import kept
 from autograder.grading.running.protocol import Messages, ProtocolError, error_output, tell
 from autograder.grading.running.referee import HIDDEN_BEGIN, visible_source
 from autograder.grading.running.referee_process import RefereeProcess
@@ -80,11 +81,6 @@ class Execution:
 # Parent side
 
 
-# What the warm process keeps of the grading process's environment: no database URL, no token can
-# reach a notebook, not even through its process's original environment block (/proc/self/environ).
-WARM_ENVIRONMENT = {"PATH", "HOME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "PYTHONPATH", "PYTHONHASHSEED",
-                    "VIRTUAL_ENV", "MPLBACKEND", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "JUPYTER_PATH",
-                    "JUPYTER_CONFIG_PATH", "AUTOGRADER_COURSE_ROOT"}
 _starting = threading.Lock()
 
 
@@ -101,7 +97,7 @@ def _context():
         if forkserver._forkserver._forkserver_pid is None:  # (multiprocessing keeps no public flag)
             saved = dict(os.environ)
             try:
-                for name in [n for n in os.environ if n not in WARM_ENVIRONMENT and not n.startswith("LC_")]:
+                for name in [n for n in os.environ if not kept(n)]:
                     del os.environ[name]
                 forkserver.ensure_running()
             finally:

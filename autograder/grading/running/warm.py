@@ -136,6 +136,8 @@ class OutputRecorder:
             name, value = "MemoryError", f"ran out of memory{limit}: {value}".rstrip(": ")
         elif name == "TamperingFound" and self.status == "ok":  # see autograder.grading.running.tamper
             self.status = "tampering found"
+        elif name == "NotImplementedError" and not value:  # an exercise left as released: said as such
+            value = autograder.grading.running.kernel.NOT_DONE
         if len(value) > 10_000:
             value = value[:10_000] + " ... (message truncated)"
         if self.hidden or sum(map(len, traceback)) > self.max_chars:
