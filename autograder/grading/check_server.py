@@ -250,13 +250,13 @@ def _answer(course: Course, path: Path, mine: int, version: str, request: dict, 
     if request.get("stop"):
         state["stopping"] = True
         return {"stopped": True}
-    if request.get("version") != version:  # the code changed since this process started: a new one takes over
+    if not (isinstance(request.get("notebook"), str) and isinstance(request.get("version"), str)):
+        return {"error": "check's warm process got a request it does not understand"}
+    if request["version"] != version:  # the code changed since this process started: a new one takes over
         state["stopping"] = True
         if _is_mine(path, mine):
             _forget(path)
         return {"stale": True}
-    if not isinstance(request.get("notebook"), str):
-        return {"error": "check's warm process got a request it does not understand"}
     try:
         return {"checked": selfcheck.judge(Path(request["notebook"]), course).to_json()}
     except CourseError as error:
