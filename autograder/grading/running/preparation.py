@@ -31,7 +31,8 @@ MARKER_WORDS = "HIDDEN TESTS"  # the words of nbgrader's markers "### BEGIN/END 
 # What nbgrader's release (ClearSolutions) leaves of an answer: the student's starting point.
 CODE_STUB = "# YOUR CODE HERE\nraise NotImplementedError()"
 TEXT_STUB = "YOUR ANSWER HERE"
-SOLUTION_REGION = re.compile(r"^([ \t]*)### BEGIN SOLUTION[^\n]*\n.*?^[ \t]*### END SOLUTION[^\n]*$", re.S | re.M)
+BEGIN, END = "### BEGIN " "SOLUTION", "### END " "SOLUTION"  # in two parts: no file shipped to students holds a marker
+SOLUTION_REGION = re.compile(rf"^([ \t]*){BEGIN}[^\n]*\n.*?^[ \t]*{END}[^\n]*$", re.S | re.M)
 # How a notebook's process is started, in grade and in check alike.
 NOTEBOOK_ENV = {"NBGRADER_EXECUTION": "autograde", "MPLBACKEND": "module://matplotlib_inline.backend_inline"}
 
