@@ -189,3 +189,23 @@ def test_a_folder_that_is_not_private_is_refused(folder):
         f"error: {folder} is not a private folder of yours (a folder, yours, mode 0700): check does not put its warm "
         f"process's socket there (set {check_server.FOLDER_VARIABLE} to another folder)"]
     assert list(folder.iterdir()) == []
+
+
+def test_where_the_machine_allows_no_sandbox_check_says_so_in_one_line_and_runs(monkeypatch, capsys):
+    """grade refuses to run student code without a sandbox; check runs the student's own notebook anyway and
+    says so (the machine's answer is faked to "none"; the notebook is really judged, in this process)."""
+    from autograder import cli
+    from autograder.grading import selfcheck
+    from autograder.grading.running import confinement
+    from autograder.grading.running.confinement import Limits, SandboxRefused
+    from autograder.commands.check import NO_SANDBOX
+
+    monkeypatch.setattr(confinement, "_available", "off")
+    with pytest.raises(SandboxRefused):
+        confinement.confine(Limits(), [])
+    course = Course(REPO)
+    assert selfcheck.sandboxed(course, Limits())[1] == "off"
+    monkeypatch.setattr(check_server, "check", lambda course, notebook: selfcheck.judge(notebook, course).to_json())
+    assert cli.main(["--course", str(REPO), "check", str(SOLUTION)]) == 0
+    printed = capsys.readouterr()
+    assert printed.err.splitlines() == [NO_SANDBOX] and "score: 11 / 11" in printed.out
