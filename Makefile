@@ -14,7 +14,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 .DEFAULT_GOAL := help
 .PHONY: help install lab test release validate clean browser postgres book benchmark gpu-check \
-        roster collect deadline grade feedback report similarity export-grades demo bench-grade \
+        roster collect deadline grade feedback report similarity export-grades demo bench-grade bench-check \
         student-dist self-study-dist
 
 help:  ## List the targets
@@ -93,6 +93,9 @@ demo: install  ## Instructor quick start: the whole workflow (deadline, similari
 
 bench-grade: install  ## Time `grade` and sequential `nbgrader autograde` (whole commands) on N (40) submissions
 	$(BIN)/python -m autograder bench --students $(N)
+
+bench-check: install  ## Time the student's `check` (whole command) on blank and filled-in 01, 05 and 09
+	$(BIN)/python -m autograder bench --check
 
 benchmark: install  ## Time CPU vs GPU; write assignment 07's reference data and figures
 	$(BIN)/python -m autograder.authoring.record_timings

@@ -14,6 +14,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from contextlib import contextmanager
@@ -103,6 +104,22 @@ def jupyter_server(course: Course) -> Iterator[tuple[str, str]]:
     with running_jupyter("server", course, env, course.root / "grading" / "jupyter-server.log",
                          ["--ServerApp.jpserver_extensions=nbgrader.server_extensions.formgrader=True"]) as server:
         yield server
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_check_processes():
+    """check's warm processes of this test session live in a folder of its own, end after 2 idle minutes
+    (an interrupted session leaves none for long), and are stopped when the session ends."""
+    from autograder.grading import check_server
+
+    folder = Path(tempfile.mkdtemp(prefix="ag-check-"))  # short: a Unix socket's path has at most 107 bytes
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(check_server.FOLDER_VARIABLE, str(folder))
+        patch.setenv(check_server.IDLE_VARIABLE, "120")
+        yield folder
+        for socket_path in folder.glob("*.sock"):
+            check_server.stop_at(socket_path)
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

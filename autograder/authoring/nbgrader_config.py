@@ -55,7 +55,7 @@ c.Execute.extra_arguments = [
 c.IgnorePattern.pattern = r"(UserWarning|DeprecationWarning|FutureWarning)"
 
 # A test cell the student deleted is put back from the gradebook (by default it scores 0). The
-# grader (autograder.grading.running.restore) also handles renamed, duplicated and moved tests before this runs.
+# grader (autograder.grading.running.preparation) also handles renamed, duplicated and moved tests before this runs.
 c.OverwriteCells.add_missing_cells = True
 
 # A cell may run this long (seconds) before nbgrader stops it.

@@ -40,7 +40,9 @@ TEMPLATES = Path(__file__).resolve().parent / "student_edition"
 # a new import is shipped without a list to keep up to date. Of the commands (``autograder.commands``)
 # only ``check`` is shipped: the CLI lists what is installed, so the edition's --help shows only it.
 STUDENT_ENTRY_POINTS = ("__init__.py", "__main__.py", "cli.py", "course.py", "student", "authoring/nbgrader_config.py",
-                        "commands/__init__.py", "commands/check.py", "grading/selfcheck.py")
+                        "commands/__init__.py", "commands/check.py", "grading/selfcheck.py",
+                        # what cli.py imports before a command that runs notebooks (check's warm process)
+                        "grading/records/speed.py", "grading/running/executor.py")
 NOT_FOLLOWED = ("cli.py",)
 # What students need of the dependencies: the library itself and JupyterLab with nbgrader (the
 # Validate button and `check`); not the instructor's cluster, PostgreSQL or test tools.

@@ -16,11 +16,18 @@ def add_arguments(parser) -> None:
     parser.add_argument("--jobs", "-j", type=int, default=None, help="notebooks graded at once (default: CPU cores)")
     parser.add_argument("--profile", action="store_true",
                         help="instead, show where one notebook's time goes in grade (start, cells, scoring, gradebook)")
+    parser.add_argument("--check", action="store_true",
+                        help="instead, time the student's `check` end to end on blank and filled-in 01, 05 and 09 "
+                             "(after the first check, which starts its warm process)")
+    parser.add_argument("--runs", type=int, default=5, help="with --check: checks of each notebook (default 5)")
 
 
 def run(args, course: Course) -> int:
-    from autograder.grading.bench import bench, profile
+    from autograder.grading.bench import bench, bench_check, profile
 
+    if args.check:
+        bench_check(course, args.runs)
+        return 0
     if args.profile:
         profile(course, args.students)
         return 0

@@ -7,9 +7,11 @@ Three rooms, imported only downwards (``running`` <- ``records`` <- ``results`` 
   its ``child`` and message ``protocol``, the ``referee`` (its ``judges``, the student's side
   ``answer``, values on the ``wire``, and ``referee_process``) that decides test cells where student
   code cannot reach, the ``tamper`` guard, ``kernel`` (set-up of every
-  grading kernel) and ``restore`` (tests put back);
+  grading kernel) and ``preparation`` (the cells that run, tests put back: shared by ``grade`` and
+  ``check``);
 - ``records``: the class's records: ``roster``, ``collect`` and ``lms`` (downloads in),
-  ``submissions`` (a submitted file read safely), ``deadlines``, ``grades`` (grades.csv),
+  ``submissions`` (a submitted file read safely), ``deadlines``, ``grades`` (grades.csv), ``scores``
+  (a test cell's points in the gradebook, from its verdict),
   ``fingerprint`` (what a grade depends on) and ``speed`` (nbgrader's gradebook steps made cheap);
 - ``results``: what comes out: ``feedback``, ``report``, ``export``, ``similarity`` and ``terminal``
   (tables and progress bars);

@@ -15,6 +15,8 @@ machine slows both), and whether every score is identical; then the time of a se
 with nothing changed.
 
     python -m autograder bench --students 40
+
+``bench --check`` (``make bench-check``) times the student's ``check`` instead (``bench_check``).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from pathlib import Path
 from nbgrader.api import Gradebook
 
 from autograder.course import Course
-from autograder.grading.demo.make_demo import ASSIGNMENT, demo_notebooks
+from autograder.grading.demo.make_demo import ASSIGNMENT, demo_notebooks, filled_release, solution_answers
 
 
 def _course_with_submissions(source: Course, root: Path, students: int) -> tuple[Course, list[str]]:
@@ -113,6 +115,58 @@ def bench(source: Course, students: int = 40, jobs: int | None = None, out=sys.s
         print(f"scores identical for all {students} students", file=out)
     return {"nbgrader_seconds": nbgrader_seconds, "ours_seconds": ours_seconds, "ratio": ratio,
             "again_seconds": again_seconds, "differences": differences}
+
+
+CHECKED = ("01_first_function", "05_deriving_backward", "09_production_pytorch")
+
+
+def bench_check(source: Course, runs: int = 5, assignments: tuple[str, ...] = CHECKED, out=sys.stdout) -> dict:
+    """Time ``python -m autograder check`` end to end (the whole command, as a student types it) on the blank
+    and the filled-in (the solutions' answers) notebook of each assignment, in a throwaway copy of the course
+    with a warm process of its own: the first check (which starts it) once, then ``runs`` checks of each."""
+    import resource
+
+    from autograder.grading import check_server
+
+    times: dict[str, list[float]] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-check-") as root, \
+            tempfile.TemporaryDirectory(prefix="ag-") as sockets:
+        course = Course(Path(root) / "course")
+        for folder in ("solutions", "course"):
+            shutil.copytree(source.root / folder, course.root / folder)
+        mine = Path(root) / "mine"
+        notebooks = {}
+        for assignment in assignments:
+            notebooks[f"{assignment} blank"] = course.release / assignment / f"{assignment}.ipynb"
+            filled = mine / "filled" / f"{assignment}.ipynb"
+            filled.parent.mkdir(parents=True, exist_ok=True)
+            filled.write_text(filled_release(course, assignment, solution_answers(course, assignment)), encoding="utf-8")
+            notebooks[f"{assignment} filled in"] = filled
+        env = {**course.environment(), check_server.FOLDER_VARIABLE: sockets}
+
+        def check(notebook: Path) -> tuple[float, float]:
+            before, started = resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic()
+            result = subprocess.run([sys.executable, "-m", "autograder", "check", str(notebook)], cwd=course.root,
+                                    env=env, capture_output=True, text=True)
+            seconds, after = time.monotonic() - started, resource.getrusage(resource.RUSAGE_CHILDREN)
+            if result.returncode not in (0, 1):
+                raise RuntimeError(f"check {notebook} failed:\n{result.stdout}{result.stderr}")
+            return seconds, (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+
+        print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
+              f"`python -m autograder check NOTEBOOK`, the whole command, {runs} runs each", file=out)
+        print(f"[{_load()}]", file=out, flush=True)
+        first, _ = check(notebooks[f"{assignments[0]} blank"])
+        print(f"  first check (starts the warm process): {first:.2f} s", file=out, flush=True)
+        for name, notebook in notebooks.items():
+            runs_here = [check(notebook) for _ in range(runs)]
+            times[name] = sorted(seconds for seconds, _ in runs_here)
+            command_cpu = max(cpu for _, cpu in runs_here)
+            print(f"  {name:<34} median {times[name][len(times[name]) // 2]:5.2f} s  (all: "
+                  f"{', '.join(f'{t:.2f}' for t in times[name])}; the command's own CPU at most "
+                  f"{command_cpu:.2f} s)  [{_load()}]", file=out, flush=True)
+        check_server.stop_at(next(Path(sockets).glob("*.sock")))
+    return {"first": first, "times": times}
 
 
 def profile(source: Course, students: int = 12, out=sys.stdout) -> dict[str, float]:

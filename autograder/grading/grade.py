@@ -3,12 +3,13 @@
 The steps are nbgrader's own ``autograde``, rearranged so that the slow one runs in parallel:
 
 1. (here, one at a time) register the student and submission in the gradebook, read the
-   notebook, and sanitize it with nbgrader's preprocessors (clear outputs, restore the tests
-   from the gradebook, check the cell metadata);
+   notebook, and prepare it as ``check`` does (``autograder.grading.running.preparation``: the
+   tests put back from the source), with nbgrader's bookkeeping (checksums, cell metadata);
 2. (in parallel) run its cells in a fresh process forked from a warm one
    (``autograder.grading.running.executor``), locally or on a Dask cluster;
-3. (here, one at a time) score it with nbgrader's preprocessors (``SaveAutoGrades`` and
-   friends), then move the autograded folder into place with a marker saying what was graded.
+3. (here, one at a time) score it: each test cell's points come from its verdict (``SaveVerdicts``:
+   the referee's, never a number the cell's outputs show), answers graded by hand stay nbgrader's;
+   then move the autograded folder into place with a marker saying what was graded.
 
 Only this process writes to the gradebook, so parallel grading never meets a lock error; a
 lock file keeps two grading runs from interleaving. A submission whose marker matches its
@@ -38,14 +39,14 @@ from nbconvert.preprocessors import ClearMetadataPreprocessor
 from nbgrader.api import Gradebook, MissingEntry
 from sqlalchemy.exc import SAWarning
 from nbgrader.coursedir import CourseDirectory
-from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, ClearOutput, DeduplicateIds,
-                                    IgnorePattern, LimitOutput, OverwriteCells, OverwriteKernelspec,
-                                    SaveAutoGrades)
+from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, ClearOutput, IgnorePattern, LimitOutput,
+                                    OverwriteCells, OverwriteKernelspec)
 
-from autograder.course import Course, CourseError, is_dropping
+from autograder.course import Course, CourseError
 from autograder.grading.contained import Contained, outcome
 from autograder.grading.records import deadlines
 from autograder.grading.records.grades import Row, hand_graded, worsen, write_grades_csv
+from autograder.grading.records.scores import SaveVerdicts
 from autograder.grading.records.submissions import (
     InvalidNotebook, graded_ids, read_submission, write_problem_notebook, wrong_assignment,
 )
@@ -55,7 +56,7 @@ from autograder.grading.running.confinement import Limits, SandboxRefused, confi
 from autograder.grading.running.executor import Execution, execute, warm_up
 from autograder.grading.records.fingerprint import graded_with, submission_digest, why_regrade
 from autograder.grading.results.terminal import GradingProgress
-from autograder.grading.running.restore import RestoreTests
+from autograder.grading.running.preparation import NOTEBOOK_ENV, cells_to_run, copy_course_files, prepare
 from autograder.grading.records.speed import nbgrader_speedups, sync_assignment
 
 MARKER = ".autograder.json"
@@ -216,6 +217,7 @@ class _Grader(Contained):
         self.results: dict[str, list[Execution]] = {}
         # The sanitized notebooks, kept here: student code runs in the staging folder and may overwrite them.
         self.sanitized: dict[tuple[str, str], object] = {}
+        self.sources: dict[str, dict] = {}  # notebook -> the source notebook (JSON): tests, kinds, points
         self.trusted: dict[str, dict] = {}  # notebook -> the instructor's cells the referee runs
         self.graded_cells: dict[str, dict[str, set[str]]] = {}  # notebook -> grade_ids by assignment
         with Gradebook(self.db_url, self.coursedir.course_id) as gb:
@@ -294,7 +296,7 @@ class _Grader(Contained):
         staging = self.staging / student / self.assignment
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
-        self._copy_course_files(staging)
+        copy_course_files(self.course.solutions / self.assignment, staging)
         tasks = []
         self.results[student] = []
         for notebook_id in self.notebook_ids:
@@ -308,7 +310,8 @@ class _Grader(Contained):
                     why = wrong_assignment(submitted, self.assignment, self._graded_cells(notebook_id))
                     if why:
                         raise InvalidNotebook(why)
-                    nb = self._sanitize(submitted, student, notebook_id)
+                    prepared = prepare(submitted, self._source(notebook_id))
+                    nb = self._bookkeeping(prepared, student, notebook_id)
                 except InvalidNotebook as error:
                     problem = f"{notebook_id}.ipynb: {error}"
             if problem:
@@ -318,13 +321,9 @@ class _Grader(Contained):
                 continue
             # Not written into staging/ (the notebook's working folder) until graded: it holds the hidden tests.
             self.sanitized[student, notebook_id] = nb
-            env = {"NBGRADER_EXECUTION": "autograde", "MPLBACKEND": "module://matplotlib_inline.backend_inline"}
             # Plain dicts of what the worker needs: unpickling nbformat's classes would import nbformat there.
-            cells = [{"cell_type": str(c.cell_type), "source": str(c.source)} for c in nb.cells]
-            for cell, original in zip(cells, nb.cells):
-                if original.cell_type == "code" and referee.test_cell_id(original):
-                    cell["grade_id"] = referee.test_cell_id(original)
-            tasks.append(Task(student, notebook_id, cells, str(staging), self.limits, env, self._trusted(notebook_id)))
+            tasks.append(Task(student, notebook_id, cells_to_run(prepared), str(staging), self.limits,
+                              dict(NOTEBOOK_ENV), self._trusted(notebook_id)))
         return row, tasks
 
     def _graded_cells(self, notebook_id: str) -> dict[str, set[str]]:
@@ -337,35 +336,36 @@ class _Grader(Contained):
             self.graded_cells[notebook_id] = cells
         return self.graded_cells[notebook_id]
 
+    def _source(self, notebook_id: str) -> dict:
+        """The source notebook (solutions/, as the gradebook has it), read once: its tests, kinds and points."""
+        if notebook_id not in self.sources:
+            with open(self.course.solutions / self.assignment / f"{notebook_id}.ipynb", encoding="utf-8") as file:
+                self.sources[notebook_id] = json.load(file)
+        return self.sources[notebook_id]
+
     def _trusted(self, notebook_id: str) -> dict:
         """The instructor's cells the referee runs, read once per notebook from the source."""
         if notebook_id not in self.trusted:
-            with open(self.course.solutions / self.assignment / f"{notebook_id}.ipynb", encoding="utf-8") as file:
-                self.trusted[notebook_id] = referee.trusted_cells(json.load(file))
+            self.trusted[notebook_id] = referee.trusted_cells(self._source(notebook_id))
         return self.trusted[notebook_id]
-
-    def _copy_course_files(self, staging: Path) -> None:
-        """Data files beside the source notebook, as nbgrader copies them for autograde."""
-        source = self.course.solutions / self.assignment
-        for path in source.rglob("*"):
-            relative = path.relative_to(source)
-            if path.is_file() and path.suffix != ".ipynb" and not is_dropping(relative):
-                (staging / relative).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(path, staging / relative)
 
     def _resources(self, student: str, notebook_id: str) -> dict:
         return {"unique_key": notebook_id, "nbgrader": {
             "student": student, "assignment": self.assignment, "notebook": notebook_id,
             "db_url": self.db_url, "course_id": self.coursedir.course_id}}
 
-    def _sanitize(self, nb, student: str, notebook_id: str):
+    def _bookkeeping(self, prepared: dict, student: str, notebook_id: str):
+        """The prepared notebook as nbgrader records it (checksums, kernel spec, checked metadata). It changes
+        no cell: what runs is exactly ``cells_to_run(prepared)``, and the graded notebook shows those cells."""
         resources = self._resources(student, notebook_id)
+        nb = nbformat.from_dict(prepared)
         try:
-            for kind in (ClearOutput, RestoreTests, DeduplicateIds, OverwriteKernelspec, OverwriteCells,
-                         CheckCellMetadata):
+            for kind in (ClearOutput, OverwriteKernelspec, OverwriteCells, CheckCellMetadata):
                 nb, resources = kind(config=self.config)(nb, resources)
         except Exception as error:  # nbgrader says what is wrong with the cells
             raise InvalidNotebook(f"its cells cannot be graded ({error})") from error
+        if [(c.cell_type, c.source) for c in nb.cells] != [(c["cell_type"], c["source"]) for c in cells_to_run(prepared)]:
+            raise InvalidNotebook("its cells cannot be graded (nbgrader's records disagree with the tests)")
         return nb
 
     def _zero(self, student: str, notebook_id: str) -> None:
@@ -389,7 +389,8 @@ class _Grader(Contained):
             cell.outputs = [nbformat.from_dict(o) for o in outputs]
             cell.execution_count = execution.execution_counts.get(index)
         resources = self._resources(task.student_id, task.notebook_id)
-        for kind in (IgnorePattern, ClearMetadataPreprocessor, LimitOutput, SaveAutoGrades,
+        resources["verdicts"] = {task.cells[i]["grade_id"]: v.passed for i, v in execution.verdicts.items()}
+        for kind in (IgnorePattern, ClearMetadataPreprocessor, LimitOutput, SaveVerdicts,
                      AssignLatePenalties, CheckCellMetadata):
             nb, resources = kind(config=self.config)(nb, resources)
         nbformat.write(nb, path)
@@ -453,19 +454,7 @@ def _sync_gradebook(course: Course, assignment: str) -> None:
     if stamp.exists() and stamp.read_text() == _synced_digest(course, assignment) and _in_gradebook(course, assignment):
         return
     sync_assignment(course, assignment)
-    mark_synced(course, assignment)
-
-
-def sync_gradebook(course: Course, assignment: str) -> None:
-    """Record ``assignment`` in ``course``'s gradebook now, unless it is there and unchanged (``check`` makes its
-    private course's gradebook with it before grading, to keep a copy for later checks)."""
-    course.grading.mkdir(parents=True, exist_ok=True)
-    _sync_gradebook(course, assignment)
-
-
-def mark_synced(course: Course, assignment: str) -> None:
-    """Say that ``course``'s gradebook holds ``assignment`` as its solutions are now (a copied gradebook does)."""
-    (course.grading / f".synced-{assignment}").write_text(_synced_digest(course, assignment))
+    stamp.write_text(_synced_digest(course, assignment))
 
 
 def _synced_digest(course: Course, assignment: str) -> str:

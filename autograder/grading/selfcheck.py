@@ -1,38 +1,41 @@
-"""Grade one notebook locally: against the full tests where solutions/ is present, else the visible ones.
+"""Judge one notebook exactly as ``grade`` judges it, without nbgrader and without a gradebook (``check``).
 
-For students before they hand in, and for self-study readers: the notebook is autograded by
-this course's grader (nbgrader's own steps, see ``autograder.grading.grade``) in a private copy of
-the assignment's tests made for this check alone (a temporary folder, removed afterwards: two checks
-at once, or a check after one that failed, never meet), and the result of every graded test is
-reported with the message that explains a failure (never the hidden tests' source). Only the
-assignment's own notebook and data are copied: other notebooks beside it (JupyterLab's
-``Untitled.ipynb``) are not part of it. The gradebook nbgrader makes for a version of the tests is
-kept in ``grading/.check-cache/`` and copied into later checks, so a check starts no nbgrader step.
+For students before they hand in, and for self-study readers. The notebook is prepared as grade
+prepares a submission (``autograder.grading.running.preparation``: the tests put back from the
+source), run in the same sandbox, with the same limits, environment and working-folder layout
+(``grading/.staging/<STUDENT>/<assignment>/`` with the assignment's data files), and judged by the
+same referee (``autograder.grading.running.executor``): each test's points come from its verdict.
+Its message is what the feedback page shows of the cell's errors (each error's last line).
 
 Where the course has ``solutions/`` (the instructor's repository, a self-study edition) the tests
-come from there, hidden ones included. A student distribution has only ``course/``: the tests
-are then the released notebook's visible ones (same cells, same points, same messages), and the
-grader runs more.
+come from there, and hidden tests run in the referee only, never in the notebook's process. A
+student distribution has only ``course/``: the tests are the released notebook's visible ones.
+
+This runs in the check's warm process (``autograder.grading.check_server``), which imports it once.
 """
 
 from __future__ import annotations
 
-import hashlib
+import fcntl
 import json
-import os
+import re
 import shutil
-import tempfile
-from dataclasses import dataclass
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from autograder.course import DROPPINGS, Course, CourseError, is_dropping
-from autograder.grading.running.confinement import Limits
-from autograder.grading.grade import grade, mark_synced, sync_gradebook
-from autograder.grading.records.grades import is_by_hand
+from autograder.course import Course, CourseError
+from autograder.grading.records.submissions import InvalidNotebook, graded_ids, read_submission, wrong_assignment
+from autograder.grading.running import referee
+from autograder.grading.running.confinement import Limits, SandboxRefused, confine
+from autograder.grading.running.executor import execute
+from autograder.grading.running.preparation import (NOTEBOOK_ENV, blank_answer, cells_to_run, copy_course_files,
+                                                    grade_id, nbgrader_meta, points, prepare, source_cells, text)
 
-STUDENT = "me"
+STUDENT = "me"  # the working folder is grade's for a student of this id
 BY_HAND = "your written answer: your instructor grades it by hand, no test does"
 BLANK = "not written yet (left as released, it scores 0): your instructor grades it by hand"
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
 @dataclass
@@ -49,85 +52,73 @@ class TestResult:
         return self.score >= self.max_score
 
 
-def check_notebook(notebook: Path, course: Course) -> list[TestResult]:
-    """Autograde ``notebook`` (a student's copy of an assignment) and return one result per test."""
+@dataclass
+class Checked:
+    """What ``check`` reports of one notebook."""
+
+    assignment: str
+    named: str = ""        # how the assignment was told, when the file's name does not say it
+    sandbox: str = "off"   # namespaces | landlock | off (this machine allows none)
+    hidden_tests_ran: bool = False
+    results: list[TestResult] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        """As plain data (what the warm process sends the command), each result with whether it passed."""
+        return {**asdict(self), "results": [{**asdict(r), "passed": r.passed} for r in self.results]}
+
+
+def check_notebook(notebook: Path, course: Course, limits: Limits = Limits()) -> list[TestResult]:
+    """Judge ``notebook`` (a student's copy of an assignment) as grade would: one result per graded cell."""
+    return judge(notebook, course, limits).results
+
+
+def judge(notebook: Path, course: Course, limits: Limits = Limits()) -> Checked:
+    """Judge ``notebook`` as grade would, in this process's warm process; CourseError says what is wrong with it."""
     notebook = Path(notebook)
     if not notebook.is_file():
         raise CourseError(f"no notebook at {notebook}")
-    assignment = _assignment_of(notebook, course)
-    _same_assignment(notebook, course, assignment)
-    shutil.rmtree(course.grading / ".check", ignore_errors=True)  # the shared scratch folder of earlier versions
-    with tempfile.TemporaryDirectory(prefix="autograder-check-") as folder:
-        scratch = _scratch_course(course, assignment, Path(folder))
-        submitted = scratch.grading / "submitted" / STUDENT / assignment
-        submitted.mkdir(parents=True)
-        shutil.copy(notebook, submitted / f"{assignment}.ipynb")
-        # The student's own notebook on their own machine: nothing to protect from it, so no sandbox.
-        limits = Limits(threads=os.cpu_count() or 1, sandbox="off")
-        [row] = grade(scratch, assignment, jobs=1, limits=limits, force=True, progress=open(os.devnull, "w"))
-        if row.status == "invalid notebook":
-            raise CourseError(f"{notebook} could not be graded: {row.detail}")
-        graded = scratch.grading / "autograded" / STUDENT / assignment / f"{assignment}.ipynb"
-        messages = _failure_messages(graded)
-        with scratch.gradebook() as gb:
-            grades = {g.name: g for g in gb.find_submission_notebook(assignment, assignment, STUDENT).grades}
-            order = list(messages) + sorted(set(grades) - set(messages))  # deleted cells come last
-            return [TestResult(name, BY_HAND if grades[name].auto_score is None else BLANK, 0.0,
-                               grades[name].max_score, by_hand=True)
-                    if is_by_hand(grades[name]) else
-                    TestResult(name, messages.get(name, ("", ""))[0], grades[name].score,
-                               grades[name].max_score, messages.get(name, ("", ""))[1])
-                    for name in order if name in grades]
-
-
-def _scratch_course(course: Course, assignment: str, folder: Path) -> Course:
-    """A private course in ``folder`` holding only ``assignment``'s notebook (of the tests) and its data.
-
-    Its gradebook is a copy of the one made for this version of the tests (``grading/.check-cache/``),
-    so grading finds it in sync and starts no nbgrader step; the first check of a version makes it.
-    """
-    scratch = Course(folder)
-    source, target = tests_source(course) / assignment, scratch.solutions / assignment
-    target.mkdir(parents=True)
-    for path in source.iterdir():
-        if is_dropping(path.name):
-            continue
-        if path.is_dir():
-            shutil.copytree(path, target / path.name, ignore=shutil.ignore_patterns(*DROPPINGS))
-        elif path.suffix != ".ipynb" or path.name == f"{assignment}.ipynb":  # not Untitled.ipynb and friends
-            shutil.copy2(path, target / path.name)
-    digest = hashlib.sha256()
-    for path in sorted(target.rglob("*")):
-        if path.is_file():
-            digest.update(str(path.relative_to(target)).encode() + hashlib.sha256(path.read_bytes()).digest())
-    cache = course.grading / ".check-cache" / f"{assignment}-{digest.hexdigest()[:16]}.db"
-    scratch.grading.mkdir(parents=True)
-    if cache.is_file():
-        shutil.copy(cache, scratch.grading / "gradebook.db")
-        mark_synced(scratch, assignment)
-    else:
-        sync_gradebook(scratch, assignment)  # nbgrader's generate_assignment, once per version of the tests
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        partial = cache.with_name(f"{cache.name}.{os.getpid()}.partial")
-        shutil.copy(scratch.grading / "gradebook.db", partial)
-        os.replace(partial, cache)  # whole or not at all, whoever else is checking
-    return scratch
-
-
-def _same_assignment(notebook: Path, course: Course, assignment: str) -> None:
-    """A clear error if ``notebook`` is another assignment's (renamed), before it is graded with NameErrors."""
-    from autograder.grading.records.submissions import InvalidNotebook, graded_ids, read_submission, wrong_assignment
-
     try:
-        mine = read_submission(notebook)
+        submitted = read_submission(notebook)
     except InvalidNotebook as error:
         raise CourseError(f"{notebook} could not be graded: {error}") from None
-    source = tests_source(course)
-    cells = {a: set().union(*[graded_ids(json.loads(p.read_text(encoding="utf-8"))) for p in (source / a).glob(f"{a}.ipynb")])
-             for a in course.assignments()}
-    why = wrong_assignment(mine, assignment, cells)
-    if why:
-        raise CourseError(f"{notebook.name}: {why}")
+    assignment, named = assignment_of(notebook, submitted, course)
+    source = _read(tests_source(course) / assignment / f"{assignment}.ipynb")
+    prepared = prepare(submitted, source)
+    limits, mode = sandboxed(course, limits)
+    with _working_folder(course, assignment) as staging:
+        execution = execute(cells_to_run(prepared), str(staging), limits, dict(NOTEBOOK_ENV),
+                            referee.trusted_cells(source))
+    released = source_cells(source)
+    results = []
+    for index, cell in enumerate(prepared["cells"]):
+        meta, name = nbgrader_meta(cell), grade_id(cell)
+        if not meta.get("grade"):
+            continue
+        if meta.get("solution"):  # an answer graded by hand (05's derivations)
+            blank = text(cell).strip() == blank_answer(released[name]).strip()
+            results.append(TestResult(name, BLANK if blank else BY_HAND, 0.0, points(cell), by_hand=True))
+            continue
+        verdict = execution.verdicts.get(index)
+        results.append(TestResult(name, description(cell), points(cell) if verdict and verdict.passed else 0.0,
+                                  points(cell), failure_message(execution.outputs.get(index, []))))
+    return Checked(assignment, named, mode, course.has_solutions, results)
+
+
+def description(cell: dict) -> str:
+    """A test's first line, without its "# Test:"."""
+    lines = text(cell).strip().splitlines()
+    return lines[0].removeprefix("# Test:").strip() if lines else ""
+
+
+def failure_message(outputs: list[dict]) -> str:
+    """What the feedback page shows of a cell's errors, each by its last line: its own, then the referee's."""
+    messages = []
+    for error in (o for o in outputs if o.get("output_type") == "error"):
+        lines = [ANSI.sub("", line) for line in error.get("traceback") or []]
+        message = lines[-1].strip() if lines and lines[-1].strip() else f"{error.get('ename')}: {error.get('evalue')}"
+        if message not in messages:
+            messages.append(message)
+    return "\n".join(messages)
 
 
 def tests_source(course: Course) -> Path:
@@ -135,27 +126,57 @@ def tests_source(course: Course) -> Path:
     return course.solutions if course.has_solutions else course.release
 
 
-def _assignment_of(notebook: Path, course: Course) -> str:
-    for candidate in (notebook.stem, notebook.parent.name):
-        if candidate in course.assignments():
-            return candidate
-    raise CourseError(f"cannot tell which assignment {notebook.name} is: name it like the released "
-                      f"notebook ({', '.join(course.assignments())})")
+def assignment_of(notebook: Path, submitted, course: Course) -> tuple[str, str]:
+    """The assignment ``notebook`` is, and how that was told when its name does not say it.
+
+    Named like an assignment (``01_first_function.ipynb``): that one, unless its graded cells are another's.
+    Otherwise the assignment whose graded cells it holds (said); none: refused, naming the file expected.
+    """
+    assignments = course.assignments()
+    cells = {a: set().union(*[graded_ids(_read(p)) for p in (tests_source(course) / a).glob(f"{a}.ipynb")])
+             for a in assignments}
+    if notebook.stem in assignments:
+        why = wrong_assignment(submitted, notebook.stem, cells)
+        if why:
+            raise CourseError(f"{notebook.name}: {why}")
+        return notebook.stem, ""
+    mine = graded_ids(submitted)
+    best = max(assignments, key=lambda a: len(mine & cells[a]), default=None)
+    if best is None or not mine & cells[best]:
+        folder = notebook.parent.name
+        expected = (f"{notebook.parent / folder}.ipynb" if folder in assignments else
+                    f"an assignment's notebook ({', '.join(f'{a}.ipynb' for a in assignments)})")
+        raise CourseError(f"{notebook.name} holds no graded cell of any assignment: check {expected}")
+    return best, f"{notebook.name} is checked as {best} (its graded cells are that assignment's)"
 
 
-def _failure_messages(graded: Path) -> dict[str, tuple[str, str]]:
-    """grade_id -> (the test's first line, the error it raised), from the autograded notebook."""
-    found = {}
-    for cell in json.loads(graded.read_text())["cells"]:
-        meta = cell.get("metadata", {}).get("nbgrader", {})
-        if not meta.get("grade"):
-            continue
-        source = "".join(cell["source"]).strip()
-        description = source.splitlines()[0].removeprefix("# Test:").strip() if source else ""
-        messages = []  # every error of the cell: its own, then what the grader's referee found
-        for error in (o for o in cell.get("outputs", []) if o.get("output_type") == "error"):
-            message = f"{error['ename']}: {error['evalue']}"  # as the feedback page shows it
-            if message not in messages:
-                messages.append(message)
-        found[meta["grade_id"]] = (description, "\n".join(messages))
-    return found
+def _read(path: Path) -> dict:
+    with open(path, encoding="utf-8") as file:
+        return json.load(file)
+
+
+def sandboxed(course: Course, limits: Limits) -> tuple[Limits, str]:
+    """``limits`` in grade's sandbox for this course (its folders hidden); where the machine allows none, none."""
+    hidden = [course.root, course.grading, course.solutions]
+    try:
+        limits = confine(limits, hidden)
+    except SandboxRefused:
+        limits = confine(replace(limits, sandbox="off"), hidden)
+    return limits, limits.sandbox
+
+
+@contextmanager
+def _working_folder(course: Course, assignment: str):
+    """The notebook's working folder, laid out as grade's (``grading/.staging/<STUDENT>/<assignment>/``) with the
+    assignment's data files; one check at a time uses it (a lock beside it), and it is removed afterwards."""
+    staging = course.grading / ".staging" / STUDENT / assignment
+    staging.parent.mkdir(parents=True, exist_ok=True)
+    with open(staging.parent / f".{assignment}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir()
+        try:
+            copy_course_files(tests_source(course) / assignment, staging)
+            yield staging
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)

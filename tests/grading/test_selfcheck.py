@@ -160,3 +160,55 @@ def test_another_assignments_notebook_under_this_name_is_named_by_check_and_by_g
     [alice] = json.loads(graded.stdout)["students"]
     assert (alice["status"], alice["score"]) == ("invalid notebook", 0.0)
     assert f"looks like assignment {other}'s notebook" in alice["detail"]
+
+
+def _hidden_lines(assignment: str) -> list[str]:
+    lines, inside = [], False
+    for cell in json.loads((REPO / "solutions" / assignment / f"{assignment}.ipynb").read_text())["cells"]:
+        for line in "".join(cell["source"]).splitlines():
+            if "HIDDEN TESTS" in line:
+                inside = "BEGIN" in line
+            elif inside and len(line.strip()) > 12:
+                lines.append(line.strip())
+    return lines
+
+
+@pytest.mark.slow
+def test_with_solutions_present_hidden_tests_never_enter_the_notebooks_process(tmp_path):
+    """A Function that shows the cell its process is running (IPython's In[-1]) finds no hidden test line there."""
+    answers = solution_answers(REPO, ASSIGNMENT)
+    answers["cube"] = ("class Cube(torch.autograd.Function):\n    @staticmethod\n    def forward(ctx, x):\n"
+                       "        raise ValueError('RAN: ' + repr(get_ipython().user_ns['In'][-1]))\n\n"
+                       "    @staticmethod\n    def backward(ctx, grad_output):\n        raise ValueError('none')\n")
+    mine = tmp_path / f"{ASSIGNMENT}.ipynb"
+    mine.write_text(json.dumps(filled_release(REPO, ASSIGNMENT, answers)))
+    result = _check(mine)
+    assert result.returncode == 1 and "RAN: " in result.stdout and "Cube.apply(x)" in result.stdout, result.stdout
+    hidden = _hidden_lines(ASSIGNMENT)
+    assert hidden and not [line for line in hidden if line in result.stdout]
+    # Not even blanked out (what the notebook's outputs do with a hidden line its process knows), nor a marker
+    assert "<hidden test line>" not in result.stdout and "HIDDEN" not in result.stdout
+
+
+@pytest.mark.slow
+def test_check_refuses_a_notebook_of_no_assignment_and_names_the_one_expected(tmp_path):
+    root = _course_copy(tmp_path)
+    untitled = root / "course" / ASSIGNMENT / "Untitled.ipynb"  # JupyterLab's "+" in the assignment's folder
+    untitled.write_text(json.dumps(UNTITLED))
+    refused = _check_in(root, untitled)
+    assert (refused.returncode, refused.stdout) == (2, "")
+    assert refused.stderr.strip().splitlines() == [
+        f"error: Untitled.ipynb holds no graded cell of any assignment: check {untitled.parent / ASSIGNMENT}.ipynb"]
+    elsewhere = tmp_path / "notes.ipynb"
+    elsewhere.write_text(json.dumps(UNTITLED))
+    refused = _check_in(root, elsewhere)
+    assert refused.returncode == 2 and refused.stderr.strip().splitlines() == [
+        "error: notes.ipynb holds no graded cell of any assignment: check an assignment's notebook "
+        f"({', '.join(f'{a}.ipynb' for a in sorted(p.name for p in (root / 'solutions').iterdir()))})"]
+    # Named otherwise but holding an assignment's graded cells: checked as that one, which check says.
+    renamed = tmp_path / "my work.ipynb"
+    renamed.write_bytes((root / "course" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb").read_bytes())
+    checked = _check_in(root, renamed)
+    assert checked.returncode == 1 and "score: 0 / 11" in checked.stdout
+    assert checked.stderr.strip().splitlines() == [
+        f"my work.ipynb is checked as {ASSIGNMENT} (its graded cells are that assignment's)"]

@@ -4,7 +4,9 @@ Grading spends most of its coordinating time in nbgrader's own code, not in the 
 (measured on the 2-core machine, see README "Where one notebook's time goes"):
 
 - every ``nbgrader.api.Gradebook(...)`` (nbgrader's preprocessors open about seven per
-  notebook) builds a new SQLAlchemy engine, so every query is compiled again, each time;
+  notebook) builds a new SQLAlchemy engine, so every query is compiled again, each time, and
+  checks again that each of its tables exists and that the course is recorded (about twenty
+  queries: most of the ~150 a notebook cost);
 - every SQLite commit waits for the disk (~30 ms here) in SQLite's default rollback-journal
   mode, and a notebook needs about twenty commits;
 - every cell's nbgrader metadata is checked with ``jsonschema.validate``, which checks the
@@ -13,7 +15,8 @@ Grading spends most of its coordinating time in nbgrader's own code, not in the 
 - ``nbgrader generate_assignment`` as a command starts a Python process that imports nbgrader.
 
 ``nbgrader_speedups()`` removes those costs for the time it is active, without changing what is
-computed: one engine per database URL (so compiled queries are reused), SQLite in WAL mode with
+computed: one engine per database URL (so compiled queries are reused), the tables and the course
+checked at the first opening of each gradebook only, SQLite in WAL mode with
 ``synchronous=NORMAL`` (a commit no longer waits for the disk; the database stays consistent
 if the process is killed, and only the last commits can be lost if the machine loses power), a
 validator built once per schema (the same checks, the same first error), and alembic's head
@@ -47,22 +50,45 @@ def nbgrader_speedups():
     import nbgrader.api
     import nbgrader.nbgraderformat.common as common
 
-    saved = (nbgrader.api.create_engine, nbgrader.api.get_alembic_version, nbgrader.api.Gradebook.close,
+    gradebook = nbgrader.api.Gradebook
+    saved = (nbgrader.api.create_engine, nbgrader.api.get_alembic_version, gradebook.__init__, gradebook.close,
              common.jsonschema)
     nbgrader.api.create_engine = _shared_engine
     nbgrader.api.get_alembic_version = _alembic_head
-    nbgrader.api.Gradebook.close = _close_keeping_engine
+    gradebook.__init__ = _opened_once(saved[2])
+    gradebook.close = _close_keeping_engine
     common.jsonschema = _CachedValidation(jsonschema)
     _active += 1
     try:
         yield
     finally:
         _active -= 1
-        (nbgrader.api.create_engine, nbgrader.api.get_alembic_version, nbgrader.api.Gradebook.close,
+        (nbgrader.api.create_engine, nbgrader.api.get_alembic_version, gradebook.__init__, gradebook.close,
          common.jsonschema) = saved
         if not _active:
+            _opened.clear()
             while _engines:
                 _engines.popitem()[1].dispose()
+
+
+_opened: set[tuple[str, str]] = set()  # (database URL, course id) whose tables and course are known to be there
+
+
+def _opened_once(first_opening):
+    """``Gradebook.__init__`` that checks the tables and the course (``first_opening``: nbgrader's own) only the
+    first time a gradebook is opened while the speed-ups are active; later openings only connect."""
+    def opened(self, db_url: str, course_id: str = "default_course", authenticator=None) -> None:
+        from sqlalchemy.orm import scoped_session, sessionmaker
+
+        if (str(db_url), course_id) not in _opened:
+            first_opening(self, db_url, course_id, authenticator)
+            _opened.add((str(db_url), course_id))
+            return
+        self.engine = _shared_engine(db_url, echo=False, future=True)
+        self.db = scoped_session(sessionmaker(autoflush=True, bind=self.engine, future=True))
+        self.course_id, self.authenticator = course_id, authenticator
+
+    return opened
 
 
 def _shared_engine(url, **kwargs):

@@ -6,8 +6,10 @@ matplotlib and IPython once (``autograder.grading.running.warm``); every submiss
 forked from it, so each still starts from a clean interpreter, but in milliseconds.
 
 The child runs the cells in an IPython shell and sends each cell's outputs back in nbformat's
-shape (streams, display data, results, errors), so nbgrader scores the notebook exactly as if
-its own kernel had run it. Untrusted code is bounded:
+shape (streams, display data, results, errors), as nbgrader's own kernel would have shown them.
+Each test cell also gets a ``Verdict`` (passed or not, and why): its points come from that alone,
+never from what the cell printed or returned (nbgrader's partial credit reads a number from a
+test cell's outputs, which the student's code can emit). Untrusted code is bounded:
 
 - each cell may run ``Limits.cell_timeout`` seconds; once one cell has timed out, later cells
   get at most ``Limits.after_timeout`` seconds, so a looping function costs the full limit once;
@@ -44,14 +46,25 @@ from dataclasses import dataclass, field
 
 from autograder.grading.running.child import child_main
 from autograder.grading.running.confinement import Limits, confine
+from autograder.grading.running.environment import kept
 from autograder.grading.running.protocol import Messages, ProtocolError, error_output, tell
 from autograder.grading.running.referee import HIDDEN_BEGIN, visible_source
 from autograder.grading.running.referee_process import RefereeProcess
 
 
+@dataclass(frozen=True)
+class Verdict:
+    """A test cell's verdict, which alone decides its points (in ``grade`` and ``check`` alike): never a
+    number the cell printed or returned. ``decided``: by the referee, outside the notebook's process."""
+
+    passed: bool
+    reason: str = ""      # why it did not pass: the first error of the cell ("" when it passed)
+    decided: bool = False
+
+
 @dataclass
 class Execution:
-    """What happened when a notebook ran: outputs per code cell index, and how it ended."""
+    """What happened when a notebook ran: outputs per code cell index, a verdict per test cell, and how it ended."""
 
     outputs: dict[int, list[dict]] = field(default_factory=dict)
     execution_counts: dict[int, int] = field(default_factory=dict)
@@ -61,17 +74,13 @@ class Execution:
     seconds: float = 0.0
     judged: dict[int, int] = field(default_factory=dict)  # test cell index -> checks the referee decided
     decided: set[int] = field(default_factory=set)  # test cells the referee decides: their hidden tests ran there only
+    verdicts: dict[int, Verdict] = field(default_factory=dict)  # test cell index -> its verdict (``verdicts()``)
 
 
 # ----------------------------------------------------------------------------------------
 # Parent side
 
 
-# What the warm process keeps of the grading process's environment: no database URL, no token can
-# reach a notebook, not even through its process's original environment block (/proc/self/environ).
-WARM_ENVIRONMENT = {"PATH", "HOME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "PYTHONPATH", "PYTHONHASHSEED",
-                    "VIRTUAL_ENV", "MPLBACKEND", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "JUPYTER_PATH",
-                    "JUPYTER_CONFIG_PATH", "AUTOGRADER_COURSE_ROOT"}
 _starting = threading.Lock()
 
 
@@ -88,7 +97,7 @@ def _context():
         if forkserver._forkserver._forkserver_pid is None:  # (multiprocessing keeps no public flag)
             saved = dict(os.environ)
             try:
-                for name in [n for n in os.environ if n not in WARM_ENVIRONMENT and not n.startswith("LC_")]:
+                for name in [n for n in os.environ if not kept(n)]:
                     del os.environ[name]
                 forkserver.ensure_running()
             finally:
@@ -226,8 +235,30 @@ def execute(cells: list[dict], cwd: str, limits: Limits = Limits(),
                 result.outputs[index] = [error_output(
                     "NotRunError", f"not run: grading of this notebook stopped earlier ({result.status}"
                     f"{': ' + result.detail if result.detail else ''})")]
+    result.verdicts = verdicts(cells, result)
     result.seconds = time.monotonic() - started
     return result
+
+
+def verdicts(cells: list[dict], result: Execution) -> dict[int, Verdict]:
+    """Each test cell's verdict: passed iff it shows no error (its visible part raised none in the notebook's
+    process, and neither the referee's checks nor grading itself added one: a failed check, a time-out, a
+    crash, "not run") and, where the referee decides the cell, the referee ran its checks. A cell the referee
+    does not decide (none in this course) passes iff it raised no error."""
+    found = {}
+    for index, cell in enumerate(cells):
+        if cell.get("cell_type") != "code" or not cell.get("grade_id"):
+            continue
+        errors = [o for o in result.outputs.get(index, []) if o.get("output_type") == "error"]
+        decided = index in result.decided
+        if errors:
+            reason = f"{errors[0].get('ename')}: {errors[0].get('evalue')}"
+        elif decided and not result.judged.get(index):
+            reason = "the grader's own check of this cell did not run"
+        else:
+            reason = ""
+        found[index] = Verdict(not reason, reason, decided)
+    return found
 
 
 def _for_the_student(cells: list[dict], decided: set[str]) -> list[dict]:

@@ -51,6 +51,7 @@ from traitlets.config import Config
 from autograder import (  # noqa: F401  (the checker, as the notebooks import it)
     check_callable, check_forward, check_function, check_kernel, check_saved, check_values, check_with, draw_graph,
 )
+import autograder.student.checker.messages  # noqa: F401  (NOT_DONE, for an exercise left as released)
 import autograder.grading.running.kernel
 try:  # what 10's notebooks import (~0.3 s), once here; triton installs on Linux x86-64 only
     import triton.language  # noqa: F401
@@ -147,6 +148,8 @@ class OutputRecorder:
             name, value = "MemoryError", f"ran out of memory{limit}: {value}".rstrip(": ")
         elif name == "TamperingFound" and self.status == "ok":  # see autograder.grading.running.tamper
             self.status = "tampering found"
+        elif name == "NotImplementedError" and not value:  # an exercise left as released: said as such
+            value = autograder.student.checker.messages.NOT_DONE
         if len(value) > 10_000:
             value = value[:10_000] + " ... (message truncated)"
         if self.hidden or sum(map(len, traceback)) > self.max_chars:

@@ -1,0 +1,157 @@
+"""A test cell's points come from the referee's verdict only: never from a number its outputs show.
+
+nbgrader's partial credit scores a test cell from the first ``execute_result`` among its outputs,
+and student code can emit one from anywhere (``sys.displayhook`` inside ``forward``, an IPython
+hook that runs before or after every cell). One batch of 01 is graded through the real command
+line: a blank, a wrong and a right notebook, and each of them again with one emitter of each kind
+(values: negative, nan, lists, strings, huge, fractions). Every emitter's notebook must score
+exactly what its plain notebook scores, test by test, in the gradebook, grades.csv and the
+feedback page; and the plain ones score 0 (blank), what the referee finds (wrong) and full (right).
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import json
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+from nbgrader.api import Gradebook
+
+from autograder.course import Course
+from conftest import REPO, filled_release, solution_answers
+
+pytestmark = pytest.mark.slow
+
+ASSIGNMENT = "01_first_function"
+POINTS = {"test_cube_forward": 1, "test_cube_backward": 2, "test_sqrt": 3, "test_poly_function": 3, "test_net": 2}
+# The wrong notebook: Cube's forward and backward wrong, Sqrt's backward forgets grad_output.
+WRONG = {"cube": [("return x ** 3", "return x ** 2"), ("return grad_output * 3 * x ** 2", "return grad_output * 2 * x")],
+         "sqrt": [("return grad_output / (2 * result)", "return 1 / (2 * result)")]}
+WRONG_SCORES = {"test_cube_forward": 0, "test_cube_backward": 0, "test_sqrt": 0, "test_poly_function": 3, "test_net": 2}
+
+# Ways student code puts an execute_result (or display data) with a number into every later cell,
+# test cells included: ("forward", code) runs inside Cube's forward, ("cell", code) in a cell of its own.
+EMITTERS = {
+    "displayhook_in_forward": ("forward", "import sys\nsys.displayhook({value})"),
+    "pre_run_hook": ("cell", "import sys\nget_ipython().events.register('pre_run_cell', lambda *a: sys.displayhook({value}))"),
+    "post_run_hook": ("cell", "get_ipython().events.register('post_run_cell', lambda *a: get_ipython().displayhook({value}))"),
+    "pre_execute_shell_displayhook": ("cell", "get_ipython().events.register('pre_execute', "
+                                              "lambda: get_ipython().displayhook({value}))"),
+    "display_of_a_number": ("cell", "from IPython.display import display\n"
+                                    "get_ipython().events.register('pre_run_cell', lambda *a: display({value}))"),
+    "publish_display_data": ("cell", "from IPython.core.display_functions import publish_display_data\n"
+                                     "get_ipython().events.register('pre_run_cell', lambda *a: "
+                                     "publish_display_data({{'text/plain': repr({value})}}))"),
+}
+VALUES = ["-1", "float('nan')", "[1, 2]", "'11'", "1e9", "0.5", "-float('inf')"]
+
+
+def _with_emitter(answers: dict[str, str], blank: bool, kind: str, value: str) -> dict:
+    where, code = EMITTERS[kind]
+    code = code.format(value=value)
+    if where == "forward":
+        cube = answers.get("cube")
+        indented = "\n".join("        " + line for line in code.splitlines())
+        if blank:
+            released = filled_release(REPO, ASSIGNMENT, {})
+            cube = next("".join(c["source"]) for c in released["cells"]
+                        if c["metadata"].get("nbgrader", {}).get("grade_id") == "cube")
+            cube = cube.replace("        raise NotImplementedError()", indented + "\n        raise NotImplementedError()", 1)
+        else:
+            cube = cube.replace("def forward(ctx, x):\n", "def forward(ctx, x):\n" + indented + "\n", 1)
+        return filled_release(REPO, ASSIGNMENT, {**answers, "cube": cube})
+    nb = filled_release(REPO, ASSIGNMENT, answers)
+    at = next(i for i, c in enumerate(nb["cells"]) if c["metadata"].get("nbgrader", {}).get("grade_id") == "cube")
+    nb["cells"].insert(at, {"cell_type": "code", "id": "emitter", "metadata": {}, "execution_count": None,
+                            "outputs": [], "source": code})
+    return nb
+
+
+def _bases() -> dict[str, dict[str, str]]:
+    right = solution_answers(REPO, ASSIGNMENT)
+    wrong = dict(right)
+    for grade_id, edits in WRONG.items():
+        for old, new in edits:
+            assert old in wrong[grade_id], f"'{old}' is no longer in the answer to {grade_id}: update the test"
+            wrong[grade_id] = wrong[grade_id].replace(old, new)
+    return {"blank": {}, "wrong": wrong, "right": right}
+
+
+def submissions() -> dict[str, dict]:
+    subs = {}
+    for b, (base, answers) in enumerate(_bases().items()):
+        subs[base] = filled_release(REPO, ASSIGNMENT, answers)
+        for k, kind in enumerate(EMITTERS):
+            subs[f"{base}-{kind}"] = _with_emitter(answers, base == "blank", kind, VALUES[(b + k) % len(VALUES)])
+    return subs
+
+
+def _autograder(course: Course, *args: str) -> subprocess.CompletedProcess:
+    result = subprocess.run([sys.executable, "-m", "autograder", *args], cwd=course.root, env=course.environment(),
+                            capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    root = tmp_path_factory.mktemp("verdicts")
+    for folder in ("solutions", "course"):
+        shutil.copytree(REPO / folder, root / folder)
+    course = Course(root)
+    subs = submissions()
+    for student, nb in subs.items():
+        folder = course.grading / "submitted" / student / ASSIGNMENT
+        folder.mkdir(parents=True)
+        (folder / f"{ASSIGNMENT}.ipynb").write_text(json.dumps(nb), encoding="utf-8")
+    _autograder(course, "grade", ASSIGNMENT)
+    _autograder(course, "feedback", ASSIGNMENT)
+    with Gradebook(f"sqlite:///{course.grading / 'gradebook.db'}", "custom-autograd-functions") as gb:
+        scores = {s.student.id: {g.name: g.auto_score for g in s.notebooks[0].grades}
+                  for s in gb.find_assignment(ASSIGNMENT).submissions}
+    with open(course.grading / "grades.csv", newline="") as f:
+        rows = {r["student_id"]: r for r in csv.DictReader(f)}
+    return course, subs, scores, rows
+
+
+def test_the_plain_notebooks_score_what_the_referee_decides(graded):
+    _, _, scores, rows = graded
+    assert scores["blank"] == {name: 0 for name in POINTS}
+    assert scores["wrong"] == WRONG_SCORES
+    assert scores["right"] == POINTS
+    assert [float(rows[s]["score"]) for s in ("blank", "wrong", "right")] == [0, 5, 11]
+
+
+@pytest.mark.parametrize("base", ["blank", "wrong", "right"])
+@pytest.mark.parametrize("kind", list(EMITTERS))
+def test_a_number_emitted_into_test_cells_changes_no_score(graded, base, kind):
+    course, subs, scores, rows = graded
+    student = f"{base}-{kind}"
+    # The emitter did reach the test cells: an output of some test cell shows its value (as a result, display
+    # data, or printed: Python's own displayhook prints when IPython's is not installed).
+    autograded = json.loads((course.grading / "autograded" / student / ASSIGNMENT / f"{ASSIGNMENT}.ipynb").read_text())
+    tests = [c for c in autograded["cells"] if c["metadata"].get("nbgrader", {}).get("grade_id") in POINTS]
+    emitted = repr(eval(VALUES[(["blank", "wrong", "right"].index(base) + list(EMITTERS).index(kind)) % len(VALUES)]))
+    outputs = [o for c in tests for o in c.get("outputs", [])]
+    assert any(emitted in "".join(o.get("text") or o.get("data", {}).get("text/plain", "")) for o in outputs), \
+        (student, emitted)
+    # And scored nothing: test by test in the gradebook, in grades.csv, on the feedback page.
+    assert scores[student] == scores[base], student
+    assert rows[student]["score"] == rows[base]["score"] and rows[student]["status"] == "graded", rows[student]
+    page = (course.grading / "feedback" / student / ASSIGNMENT / f"{ASSIGNMENT}.html").read_text(encoding="utf-8")
+    total = float(rows[base]["score"])
+    assert f"{total:g} / 11" in _page_scores(page)[0] or f"{total} / 11.0" in _page_scores(page)[0], _page_scores(page)
+    assert _page_scores(page)[1] == [f"{scores[base][name]:g}" for name in POINTS], student
+
+
+def _page_scores(page: str) -> tuple[str, list[str]]:
+    """The feedback page's total line, and each test cell's score as nbgrader writes it (in notebook order)."""
+    text = html.unescape(re.sub(r"<[^>]+>", " ", page))
+    total = re.search(r"Score:\s*([0-9.]+\s*/\s*[0-9.]+)", text)
+    cells = re.findall(r"Score:\s*([0-9.]+)\s*/\s*[0-9.]+\s*\(Top\)", text)
+    return (total.group(1) if total else ""), [f"{float(c):g}" for c in cells]
