@@ -61,10 +61,22 @@ def sandbox_mode(limits: Limits) -> str:
 
 
 def package_folder() -> str:
-    """The course's own package (``autograder/``): readable, never writable, inside the sandbox."""
+    """The course's own package (``autograder/``)."""
     import autograder
 
     return os.path.dirname(os.path.abspath(autograder.__file__))
+
+
+# What a notebook and the grader's processes import of the package: the checker and timing a notebook uses
+# (``autograder.student``) and the grader's own code that runs in the sandbox. Never the instructor's parts:
+# ``authoring/`` (07's and 02's answers in timed_functions.py), ``grading/demo/`` (a class's full-mark answers),
+# the gradebook's and the exports' code.
+PACKAGE_PARTS = ("__init__.py", "student", os.path.join("grading", "__init__.py"), os.path.join("grading", "running"))
+
+
+def package_parts() -> tuple[str, ...]:
+    """The paths of ``PACKAGE_PARTS``: shown read-only inside the sandbox, the rest of the package hidden."""
+    return tuple(os.path.join(package_folder(), part) for part in PACKAGE_PARTS)
 
 
 def isolate(cwd: str, limits: Limits, env: dict[str, str], keep_fd: int) -> None:
@@ -73,7 +85,7 @@ def isolate(cwd: str, limits: Limits, env: dict[str, str], keep_fd: int) -> None
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
     os.close(devnull)
-    policy = sandbox.Policy(sandbox_mode(limits), tuple(limits.hidden), (package_folder(),))
+    policy = sandbox.Policy(sandbox_mode(limits), tuple(limits.hidden) + (package_folder(),), package_parts())
     sandbox.enter(policy, cwd, keep_fd, env, limits.memory)
     if limits.memory is not None:
         import resource

@@ -8,7 +8,9 @@ and IPC namespaces and forks the notebook as PID 1 of its pid namespace, so ever
 notebook starts dies with it. In its mount namespace the whole file system is read-only; the
 instructor's home, ``/home``, ``/tmp``, ``/run`` and the course folder (``solutions/``, the
 gradebook, ``grading/`` with every other student's files, the git history) are covered by empty
-file systems; only the Python installation and the course's package are shown again, read-only.
+file systems; only the Python installation and the parts of the course's package that notebooks and the
+grader's sandboxed processes import (``confinement.PACKAGE_PARTS``: never ``authoring/`` or the demo
+class) are shown again, read-only.
 The notebook's working folder, ``/tmp`` and ``/dev/shm`` are folders of one private tmpfs, whose
 size cap (``SCRATCH_SIZE``) bounds all the RAM its files can take. ``/proc``
 shows only the notebook's own processes. The network namespace has no interface but a down
@@ -85,8 +87,8 @@ class Policy:
     """What a sandbox hides and allows: ``mode`` and the folders no student may see (the course's)."""
 
     mode: str = "off"
-    hidden: tuple[str, ...] = ()    # e.g. the course root: solutions/, grading/, .git
-    shown: tuple[str, ...] = ()     # folders shown again read-only inside hidden ones (the package)
+    hidden: tuple[str, ...] = ()    # e.g. the course root: solutions/, grading/, .git; the package folder
+    shown: tuple[str, ...] = ()     # folders and files shown again read-only inside hidden ones (parts of the package)
 
 
 def _check(result: int, what: str) -> int:
@@ -314,6 +316,14 @@ def _python_folders() -> list[str]:
     return sorted({os.path.realpath(f) for f in folders if os.path.isdir(f)})
 
 
+def _hidden_outside_python(policy: Policy) -> list[str]:
+    """The policy's hidden folders that are not inside the Python installation: a Python folder holding one
+    of these (a course root inside a virtual environment) is not shown; the package installed into
+    site-packages is hidden there on its own."""
+    python = _python_folders()
+    return [h for h in map(os.path.realpath, policy.hidden) if not any(_under(h, p) for p in python)]
+
+
 def _under(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip("/") + "/")
 
@@ -323,11 +333,13 @@ def _build_file_system(policy: Policy, cwd: str, uid: int) -> None:
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
     hidden = [os.path.realpath(p) for p in list(HIDDEN_ROOTS) + list(policy.hidden) if os.path.isdir(p)]
     # A folder that holds a hidden one (the editable install's course root) is not shown again.
-    shown = [p for p in _python_folders() + [os.path.realpath(s) for s in policy.shown if os.path.isdir(s)]
-             if any(_under(p, h) for h in hidden) and not any(_under(h, p) for h in policy.hidden)]
+    course = _hidden_outside_python(policy)
+    shown = [p for p in _python_folders() + [os.path.realpath(s) for s in policy.shown if os.path.exists(s)]
+             if any(_under(p, h) for h in hidden) and not any(_under(h, p) for h in course)]
     shown = [p for p in shown if not any(_under(p, q) and p != q for q in shown)]
-    # Descriptors of what is shown again, taken before anything covers it.
-    handles = {path: os.open(path, os.O_PATH | os.O_DIRECTORY) for path in shown}
+    # Descriptors of what is shown again (folders, and single files such as autograder/__init__.py), taken
+    # before anything covers it.
+    handles = {path: os.open(path, os.O_PATH) for path in shown}
     covered: list[str] = []
     for path in sorted(set(hidden), key=len):
         if any(_under(path, c) for c in covered):
@@ -336,7 +348,11 @@ def _build_file_system(policy: Policy, cwd: str, uid: int) -> None:
                f"size={SCRATCH_SIZE},mode=1777" if path == "/tmp" else "size=1m,mode=755")
         covered.append(path)
     for path, fd in sorted(handles.items()):
-        os.makedirs(path, exist_ok=True)
+        if os.path.isdir(f"/proc/self/fd/{fd}"):
+            os.makedirs(path, exist_ok=True)
+        else:  # a file is mounted on an empty file
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            open(path, "a").close()
         _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
         os.close(fd)
     # The working folder and /dev/shm are folders of /tmp's tmpfs: one size cap for all three.
@@ -463,8 +479,11 @@ def _enter_landlock(policy: Policy, cwd: str) -> str:
     size = ctypes.sizeof(_Ruleset) if abi >= 6 else 16
     fd = _check(_libc.syscall(SYS_LANDLOCK_CREATE, ctypes.byref(ruleset), size, 0), "landlock ruleset")
     try:
+        # Landlock cannot take a folder back out of a readable one: a hidden folder inside the Python
+        # installation (the package installed into site-packages, not editable) stays readable.
+        hidden = _hidden_outside_python(policy)
         readable = [p for p in READABLE_SYSTEM + _python_folders() + list(policy.shown)
-                    if os.path.isdir(p) and not any(_under(h, os.path.realpath(p)) for h in policy.hidden)]
+                    if os.path.exists(p) and not any(_under(h, os.path.realpath(p)) for h in hidden)]
         rules = [(p, READ_ONLY) for p in readable]
         rules += [(cwd, handled & ~LL_IOCTL_DEV), ("/dev/null", LL_READ_FILE | LL_WRITE_FILE | LL_TRUNCATE)]
         for path, access in rules:
