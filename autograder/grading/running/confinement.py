@@ -19,11 +19,21 @@ class Limits:
 
     cell_timeout: float = 60.0
     after_timeout: float = 10.0
+    budget: float | None = None       # seconds for a whole notebook, wall-clock and CPU (None: BUDGET_CELLS cells' worth)
     memory: int | None = 4 * 1024**3
     output_chars: int = 100_000
     threads: int = 1
     sandbox: str = "auto"             # namespaces | landlock | off | auto (the strongest available)
     hidden: tuple[str, ...] = ()      # folders the notebook must not see (the course's), see sandbox.Policy
+
+
+BUDGET_CELLS = 10  # the default budget of a notebook: this many times the cell time limit
+
+
+def notebook_budget(limits: Limits) -> float:
+    """Seconds one notebook may take, all its cells and the grader's checks together, in wall-clock time and in
+    CPU time of all its processes: ``limits.budget``, else ``BUDGET_CELLS`` times the cell time limit."""
+    return limits.budget if limits.budget is not None else BUDGET_CELLS * limits.cell_timeout
 
 
 _available: str | None = None

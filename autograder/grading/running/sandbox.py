@@ -33,7 +33,10 @@ system; ``socketpair`` stays) and ``io_uring_setup`` (io_uring opens sockets wit
 ``socket(2)``): no network even without a network namespace.
 
 In every mode the environment is reduced to a few harmless variables (no ``AUTOGRADER_DB_URL``,
-no tokens) and inherited file descriptors other than the result pipe are closed.
+no tokens) and inherited file descriptors other than the result pipe are closed. Every process the
+grader's warm process forks gets a parent-death signal, set again after each change of uid (which
+clears it), so no sandbox outlives ``grade``, even when ``grade`` is killed; after each notebook the
+grader also kills whatever is left of it (``autograder.grading.running.processes``).
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ import ctypes
 import errno
 import os
 import resource
+import select
 import signal
 import sys
 from dataclasses import dataclass
@@ -194,17 +198,41 @@ def enter(policy: Policy, cwd: str, keep_fd: int, env: dict[str, str], memory: i
     the sandbox cannot be made.
     """
     os.chdir(cwd)
+    _die_with_parent(signal.SIGTERM if policy.mode == "landlock" else signal.SIGKILL)
     tmp = "/tmp"
     if policy.mode == "namespaces":
-        _enter_namespaces(policy, cwd, keep_fd)
+        _enter_namespaces(policy, cwd)
     elif policy.mode == "landlock":
-        _fork_under_reaper(keep_fd)
+        _fork_under_reaper()
         tmp = _enter_landlock(policy, cwd)
     _clean_environment(env, cwd, tmp)
     if policy.mode != "off":
         _limit(memory)
         _close_fds(keep_fd)
         _deny_sockets()
+
+
+def _die_with_parent(signum: int) -> None:
+    """Get ``signum`` when the process that forked this one (the grader's warm process) ends, and let that
+    process end when the grader does: no sandbox outlives ``grade``, even one killed with SIGKILL.
+
+    The warm process (a multiprocessing forkserver) ends when the last copy of its "grader alive" pipe
+    closes; every process it forks holds a copy, so this one closes it (the sandbox's processes close
+    every other descriptor later, and the outer processes while they wait).
+    """
+    parent = os.getppid()
+    _check(_libc.prctl(PR_SET_PDEATHSIG, signum, 0, 0, 0), "pdeathsig")
+    if os.getppid() != parent or parent == 1:  # it ended before the line above
+        os._exit(1)
+    from multiprocessing import forkserver
+
+    alive = getattr(forkserver._forkserver, "_forkserver_alive_fd", None)
+    if alive is not None:
+        try:
+            os.close(alive)
+        except OSError:
+            pass
+        forkserver._forkserver._forkserver_alive_fd = None
 
 
 def _clean_environment(env: dict[str, str], cwd: str, tmp: str) -> None:
@@ -227,20 +255,27 @@ def _limit(memory: int | None) -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
-def _close_fds(keep_fd: int) -> None:
-    """Close every inherited descriptor but stdin/out/err and the result pipe."""
-    os.closerange(3, keep_fd)
-    os.closerange(keep_fd + 1, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+def _close_fds(keep_fd: int | None) -> None:
+    """Close every inherited descriptor but stdin/out/err and ``keep_fd`` (the result pipe)."""
+    top = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if keep_fd is None:
+        os.closerange(3, top)
+    else:
+        os.closerange(3, keep_fd)
+        os.closerange(keep_fd + 1, top)
 
 
-def _enter_namespaces(policy: Policy, cwd: str, keep_fd: int) -> None:
+def _enter_namespaces(policy: Policy, cwd: str) -> None:
     if os.geteuid() != 0:
         raise SandboxError("namespaces mode needs the grading process to run as root (use landlock)")
     sandbox_pid = os.getpid()
     unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC)
+    outer_alive, outer_holds = os.pipe()
     pid = os.fork()
     if pid:
-        _wait_and_end_like(pid, keep_fd)
+        os.close(outer_alive)
+        _wait_and_end_like(pid, keep=outer_holds)
+    os.close(outer_holds)
     # PID 1 of the new pid namespace: when it ends, the kernel kills every process it started.
     _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "pdeathsig")
     uid = UID_BASE + sandbox_pid
@@ -265,11 +300,20 @@ def _enter_namespaces(policy: Policy, cwd: str, keep_fd: int) -> None:
             f.write(line)
     drop_capabilities()
     no_new_privs()
+    # Changing the uid cleared the parent-death signal (prctl(2)): set it again, now that the credentials are
+    # final, and end if the outer process ended meanwhile (its end of the pipe then reads as closed).
+    _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "pdeathsig")
+    if select.select([outer_alive], [], [], 0)[0]:
+        os._exit(1)
+    os.close(outer_alive)
 
 
-def _wait_and_end_like(pid: int, keep_fd: int, reap: bool = False) -> None:
-    """The outer process: wait for the notebook (PID 1 inside), kill what it left if ``reap``, then end as it ended."""
-    os.close(keep_fd)  # the coordinator sees the pipe close when the notebook ends, not later
+def _wait_and_end_like(pid: int, reap: bool = False, keep: int | None = None) -> None:
+    """The outer process: wait for the notebook (PID 1 inside), kill what it left if ``reap``, then end as it ended.
+
+    It holds no descriptor but ``keep`` meanwhile: the coordinator sees the result pipe close when the
+    notebook ends, and the warm process's "grader alive" pipe is not kept open by it."""
+    _close_fds(keep)
     while True:
         try:
             _, status = os.waitpid(pid, 0)
@@ -394,14 +438,15 @@ def _deny_sockets() -> None:
 # Landlock: no namespaces, but a file system allow-list, no TCP, no signals out
 
 
-def _fork_under_reaper(keep_fd: int) -> None:
+def _fork_under_reaper() -> None:
     """Fork the notebook under this process, its subreaper; return in the notebook's process.
 
     Without a pid namespace a process the notebook detaches (``setsid``, double fork) would be
     adopted by init and outlive it. A subreaper adopts them instead; this process waits for the
     notebook, kills whatever is left, and ends as the notebook ended. SIGTERM (how the grader
-    stops a notebook) kills the notebook first, so the same clean-up runs. It forks before
-    Landlock applies, so the notebook cannot signal it.
+    stops a notebook, and what this process gets when the grader's warm process ends) kills the
+    notebook first, so the same clean-up runs. It forks before Landlock applies, so the notebook
+    cannot signal it.
     """
     _check(_libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), "subreaper")
     reaper = os.getpid()
@@ -412,7 +457,7 @@ def _fork_under_reaper(keep_fd: int) -> None:
             os._exit(1)
         return
     signal.signal(signal.SIGTERM, lambda *_: os.kill(pid, signal.SIGKILL))
-    _wait_and_end_like(pid, keep_fd, reap=True)
+    _wait_and_end_like(pid, reap=True)
 
 
 def _kill_leftovers() -> None:
