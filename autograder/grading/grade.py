@@ -319,10 +319,7 @@ class _Grader:
             self.sanitized[student, notebook_id] = nb
             env = {"NBGRADER_EXECUTION": "autograde", "MPLBACKEND": "module://matplotlib_inline.backend_inline"}
             # Plain dicts of what the worker needs: unpickling nbformat's classes would import nbformat there.
-            cells = [{"cell_type": str(c.cell_type), "source": str(c.source)} for c in nb.cells]
-            for cell, original in zip(cells, nb.cells):
-                if original.cell_type == "code" and referee.test_cell_id(original):
-                    cell["grade_id"] = referee.test_cell_id(original)
+            cells = referee.executor_cells(nb)
             tasks.append(Task(student, notebook_id, cells, str(staging), self.limits, env, self._trusted(notebook_id)))
         return row, tasks
 

@@ -45,7 +45,7 @@ def test_no_solution_and_no_answer_of_the_demo_class_is_refused():
     ("import torch\nimport autograder.grading.running.answer as a", "line 2: importing `autograder.grading.running.answer`"),
     ("from torch._C import _EngineBase", "line 1: importing `torch._C`"),
     ("y = eval('1')", "line 1: `eval`"),
-    ("x = 1\nf = open('answers.py')", "line 2: `open`"),
+    ("import sys\nsys.exit()", "line 2: `sys` (other than sys.stdout and sys.stderr)"),
     ("g = globals()", "line 1: `globals`"),
     ("e = getattr(torch.autograd.Variable, '_execution' + '_engine')", "line 1: `getattr` with an attribute name"),
     ("e = getattr(torch.autograd.Variable, '_execution_engine')", "line 1: `getattr` with an attribute name"),

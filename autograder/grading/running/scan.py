@@ -11,9 +11,10 @@ what the course's answers need (torch, numpy, math, plain Python classes and fun
 
 Refused (``problems``):
 
-- importing anything but ``ALLOWED_IMPORTS`` (and any private module, ``torch._C``);
+- importing anything but ``ALLOWED_IMPORTS`` (and any private module, ``torch._C``); of ``sys``, anything
+  but ``sys.stdout`` and ``sys.stderr``;
 - the builtins that run or reach code by name (``eval``, ``exec``, ``compile``, ``__import__``,
-  ``globals``, ``vars``, ``locals``, ``open``, ``breakpoint``, ``input``), and ``getattr``, ``setattr``,
+  ``globals``, ``vars``, ``locals``, ``breakpoint``, ``input``), and ``getattr``, ``setattr``,
   ``delattr`` or ``hasattr`` unless called with a plain attribute name written out;
 - names and attributes that reach the interpreter, files, processes or the autograd engine
   (``DENIED``: ``sys``, ``os``, ``gc``, ``inspect``, ``_getframe``, ``f_back``, ``_execution_engine``,
@@ -33,8 +34,9 @@ import ast
 from functools import lru_cache
 
 ALLOWED_IMPORTS = {"torch", "math", "numpy", "functools", "itertools", "typing", "dataclasses", "collections",
-                   "triton", "__future__"}
-CALLS_BY_NAME = {"eval", "exec", "compile", "__import__", "globals", "vars", "locals", "open", "breakpoint", "input"}
+                   "triton", "warnings", "time", "random", "statistics", "copy", "sys", "__future__"}
+SYS_ALLOWED = {"stdout", "stderr"}  # of sys, only these: print(..., file=sys.stderr)
+CALLS_BY_NAME = {"eval", "exec", "compile", "__import__", "globals", "vars", "locals", "breakpoint", "input"}
 ATTRIBUTE_BUILTINS = {"getattr", "setattr", "delattr", "hasattr"}
 DENIED = {
     # the interpreter, files, processes, serialised code
@@ -109,18 +111,26 @@ def _attribute_name_problem(name: str, own: set[str]) -> str | None:
 
 def problems(source: str) -> list[str]:
     """What in ``source`` (an answer cell's code) the grader refuses to run: ``line N: what``, in order."""
+    from autograder.grading.running.referee import ipython_python
+
     try:
         tree = ast.parse(source)
     except SyntaxError:
-        return []  # it fails when run, with its own error
+        try:
+            tree = ast.parse(ipython_python(source))  # magics: what IPython (and the examinee) would run
+        except SyntaxError:
+            return []  # it fails when run, with its own error
     names, own_attributes = _bound_names(tree)
     found: list[tuple[int, str]] = []
 
     def flag(node: ast.AST, what: str) -> None:
         found.append((getattr(node, "lineno", 0), what))
 
-    allowed_calls = set()  # getattr(x, "plain") and friends: their Name node is allowed
+    allowed_calls = set()  # getattr(x, "plain") and friends, sys.stderr: their Name node is allowed
     for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "sys" \
+                and node.attr in SYS_ALLOWED:
+            allowed_calls.add(id(node.value))
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ATTRIBUTE_BUILTINS:
             literal = (len(node.args) >= 2 and isinstance(node.args[1], ast.Constant)
                        and isinstance(node.args[1].value, str))
@@ -130,18 +140,21 @@ def problems(source: str) -> list[str]:
         if isinstance(node, ast.Import):
             for alias in node.names:
                 _check_module(alias.name, node, flag)
+                if alias.name == "sys" and alias.asname:
+                    flag(node, "importing `sys` under another name")
         elif isinstance(node, ast.ImportFrom):
             _check_module("." * node.level + (node.module or ""), node, flag)
             for alias in node.names:
-                if alias.name in DENIED or _private(alias.name) or _dunder(alias.name):
+                if (alias.name in DENIED or _private(alias.name) or _dunder(alias.name)
+                        or node.module == "sys" and alias.name not in SYS_ALLOWED):
                     flag(node, f"importing `{alias.name}`")
         elif isinstance(node, ast.Name):
             if node.id in CALLS_BY_NAME:
                 flag(node, f"`{node.id}`")
             elif node.id in ATTRIBUTE_BUILTINS and id(node) not in allowed_calls:
                 flag(node, f"`{node.id}` with an attribute name that is not written out (or not allowed)")
-            elif node.id in DENIED and node.id not in names:
-                flag(node, f"`{node.id}`")
+            elif node.id in DENIED and node.id not in names and id(node) not in allowed_calls:
+                flag(node, f"`{node.id}`" + (" (other than sys.stdout and sys.stderr)" if node.id == "sys" else ""))
             elif _dunder(node.id) and node.id not in ALLOWED_DUNDERS:
                 flag(node, f"the special name `{node.id}`")
         elif isinstance(node, ast.Attribute):
@@ -165,7 +178,8 @@ def problems(source: str) -> list[str]:
 def _check_module(name: str, node: ast.AST, flag) -> None:
     parts = name.split(".")
     if name.startswith(".") or parts[0] not in ALLOWED_IMPORTS:
-        flag(node, f"importing `{name}` (answers may import {', '.join(sorted(ALLOWED_IMPORTS - {'__future__'}))})")
+        flag(node, f"importing `{name}` (answers may import {', '.join(sorted(ALLOWED_IMPORTS - {'__future__', 'sys'}))}"
+                   f" and sys for sys.stdout and sys.stderr)")
     elif any(_private(p) or p in DENIED for p in parts[1:]):
         flag(node, f"importing `{name}`")
 
