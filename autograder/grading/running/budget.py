@@ -19,10 +19,11 @@ PERIOD = 0.5  # seconds between two looks at the clock and the processes' CPU ti
 
 
 class Budget:
-    """Watches the sandboxes ``roots`` ((pid, start time) of each outer process) for ``seconds``."""
+    """Watches the sandboxes ``roots`` ((pid, start time) of each outer process): ``wall`` seconds since now,
+    ``cpu`` seconds of CPU time (the same number, ``notebook_budget(limits)``, in grading)."""
 
-    def __init__(self, seconds: float, roots: list[tuple[int, int | None]]) -> None:
-        self.seconds, self.roots = seconds, roots
+    def __init__(self, wall: float, cpu: float, roots: list[tuple[int, int | None]]) -> None:
+        self.wall, self.cpu, self.roots = wall, cpu, roots
         self.started = time.monotonic()
         self.exceeded = ""   # what ran out, in words (empty: nothing)
         self._stopped = threading.Event()
@@ -32,10 +33,10 @@ class Budget:
     def _watch(self) -> None:
         while not self._stopped.wait(PERIOD):
             wall, cpu = time.monotonic() - self.started, processes.cpu_seconds(self.roots)
-            if wall > self.seconds:
-                self.exceeded = f"it ran past its budget of {self.seconds:g} s of wall-clock time"
-            elif cpu > self.seconds:
-                self.exceeded = f"its processes used more than its budget of {self.seconds:g} s of CPU time"
+            if wall > self.wall:
+                self.exceeded = f"it ran past its budget of {self.wall:g} s of wall-clock time"
+            elif cpu > self.cpu:
+                self.exceeded = f"its processes used more than its budget of {self.cpu:g} s of CPU time"
             if self.exceeded:
                 for root, started in self.roots:
                     processes.end_sandbox(root, started, wait=2.0)

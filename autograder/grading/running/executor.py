@@ -145,7 +145,7 @@ def execute(cells: list[dict], cwd: str, limits: Limits = Limits(),
     child.start()
     send.close()
     child_started = processes.start_time(child.pid)
-    budget = Budget(notebook_budget(limits), [(child.pid, child_started)]
+    budget = Budget(notebook_budget(limits), notebook_budget(limits), [(child.pid, child_started)]
                     + ([(examinee.process.pid, examinee.started)] if examinee else []))
     messages = Messages(cells, limits.output_chars)
     running, cell_started, timed_out, done, where = None, time.monotonic(), False, False, None
