@@ -11,8 +11,8 @@ what the course's answers need (torch, numpy, math, plain Python classes and fun
 
 Refused (``problems``):
 
-- importing anything but ``ALLOWED_IMPORTS`` (and any private module, ``torch._C``); of ``sys``, anything
-  but ``sys.stdout`` and ``sys.stderr``;
+- importing anything but ``ALLOWED_IMPORTS`` and ``ALLOWED_SUBMODULES`` (and any private module,
+  ``torch._C``); of ``sys``, anything but ``sys.stdout`` and ``sys.stderr``;
 - the builtins that run or reach code by name (``eval``, ``exec``, ``compile``, ``__import__``,
   ``globals``, ``vars``, ``locals``, ``breakpoint``, ``input``), and ``getattr``, ``setattr``,
   ``delattr`` or ``hasattr`` unless called with a plain attribute name written out;
@@ -34,7 +34,8 @@ import ast
 from functools import lru_cache
 
 ALLOWED_IMPORTS = {"torch", "math", "numpy", "functools", "itertools", "typing", "dataclasses", "collections",
-                   "triton", "warnings", "time", "random", "statistics", "copy", "sys", "__future__"}
+                   "triton", "warnings", "time", "random", "statistics", "copy", "matplotlib", "sys", "__future__"}
+ALLOWED_SUBMODULES = ("IPython.display",)  # of a package not allowed whole
 SYS_ALLOWED = {"stdout", "stderr"}  # of sys, only these: print(..., file=sys.stderr)
 CALLS_BY_NAME = {"eval", "exec", "compile", "__import__", "globals", "vars", "locals", "breakpoint", "input"}
 ATTRIBUTE_BUILTINS = {"getattr", "setattr", "delattr", "hasattr"}
@@ -177,9 +178,11 @@ def problems(source: str) -> list[str]:
 
 def _check_module(name: str, node: ast.AST, flag) -> None:
     parts = name.split(".")
-    if name.startswith(".") or parts[0] not in ALLOWED_IMPORTS:
-        flag(node, f"importing `{name}` (answers may import {', '.join(sorted(ALLOWED_IMPORTS - {'__future__', 'sys'}))}"
-                   f" and sys for sys.stdout and sys.stderr)")
+    allowed = parts[0] in ALLOWED_IMPORTS or any(name == m or name.startswith(m + ".") for m in ALLOWED_SUBMODULES)
+    if name.startswith(".") or not allowed:
+        flag(node, f"importing `{name}` (answers may import "
+                   f"{', '.join(sorted(ALLOWED_IMPORTS - {'__future__', 'sys'}) + list(ALLOWED_SUBMODULES))}, "
+                   f"and sys for sys.stdout and sys.stderr)")
     elif any(_private(p) or p in DENIED for p in parts[1:]):
         flag(node, f"importing `{name}`")
 
