@@ -86,6 +86,12 @@ def _uid_processes(uid: int) -> list[int]:
     return found
 
 
+def below(root: int) -> list[int]:
+    """The processes under ``root`` that still run (not zombies)."""
+    table = _table()
+    return [pid for pid in _under(table, root) if _alive(table, pid)]
+
+
 def _alive(table: dict[int, list[str]], pid: int) -> bool:
     return pid in table and table[pid][0] not in ("Z", "X")
 
@@ -106,10 +112,10 @@ def end_sandbox(root: int, started: int | None, uid: int | None = None, wait: fl
     while time.monotonic() < deadline:  # below the outer process first: an orphan comes back under it
         table = _table()
         ours = ours and root in table and int(table[root][19]) == started
-        below = [pid for pid in _under(table, root) if _alive(table, pid)] if ours else []
-        if not below:
+        left = [pid for pid in _under(table, root) if _alive(table, pid)] if ours else []
+        if not left:
             break
-        _kill(below)
+        _kill(left)
         time.sleep(0.01)
     while time.monotonic() < deadline:
         table = _table()

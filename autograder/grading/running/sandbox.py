@@ -462,14 +462,15 @@ def _fork_under_reaper() -> None:
 
 def _kill_leftovers() -> None:
     """Kill this subreaper's children (what the notebook left running, adopted) until it has none."""
-    me = str(os.getpid())
+    from autograder.grading.running.processes import below
+
     while True:
         try:
             if os.waitpid(-1, os.WNOHANG)[0]:
                 continue
         except ChildProcessError:
             return  # the usual case: nothing left
-        for child in _children_of(me):
+        for child in below(os.getpid()):
             try:
                 os.kill(child, signal.SIGKILL)
             except ProcessLookupError:
@@ -478,19 +479,6 @@ def _kill_leftovers() -> None:
             os.waitpid(-1, 0)
         except (ChildProcessError, InterruptedError):
             pass
-
-
-def _children_of(pid: str) -> list[int]:
-    children = []
-    for entry in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{entry}/stat") as stat:
-                fields = stat.read().rpartition(")")[2].split()
-        except (OSError, ValueError):
-            continue
-        if fields[1] == pid:
-            children.append(int(entry))
-    return children
 
 
 LL_EXECUTE, LL_WRITE_FILE, LL_READ_FILE, LL_READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
