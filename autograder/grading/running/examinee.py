@@ -134,9 +134,13 @@ class Examinee:
         self.gone = why
         self.process.kill()
 
+    def stop(self) -> None:
+        """Tell it to end (it ends meanwhile; ``end`` waits for that)."""
+        tell(self.connection, ["stop"])
+
     def end(self) -> list[int]:
         """End it and everything it started; return the pids still running after that (none, normally)."""
-        tell(self.connection, ["stop"])
+        self.stop()
         self.process.join(1)
         uid = UID_BASE + self.process.pid if self.limits.sandbox == "namespaces" else None
         left = processes.end_sandbox(self.process.pid, self.started, uid)
@@ -200,8 +204,9 @@ class Answers:
             elif step["kind"] == "test":
                 _run_definitions(step["source"], self.given, limit)
             else:
+                self._check()  # (records the names the given cells bound, before the answer runs)
                 self._run_answer(step, limit)
-            self._check()
+                self._check()
 
     def _run_answer(self, step: dict, limit: float) -> None:
         why = step["why"]

@@ -216,6 +216,8 @@ def execute(cells: list[dict], cwd: str, limits: Limits = Limits(),
                 break
     finally:
         budget.stop()
+        if examinee is not None:
+            examinee.stop()  # it ends while the notebook's process does
         if referee is not None:
             referee.done()
         child.join(1)
