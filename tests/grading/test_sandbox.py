@@ -10,7 +10,6 @@ import json
 import os
 import signal
 import socket
-from pathlib import Path
 from dataclasses import dataclass
 
 import pytest

@@ -24,7 +24,7 @@ from autograder.grading.running.wire import Unsupported, decode, encode
 from autograder.student.checker import diagnoses
 from autograder.student.checker.callables import graph_names
 from autograder.student.checker.harness import as_data
-from autograder.student.checker.references import _autograd_grad, _enable_grad, _equal, _Function, _Module, _Tensor
+from autograder.student.checker.references import _autograd_grad, _enable_grad, _equal, _Function, _Module
 from autograder.student.checker.saved import saved_record
 from autograder.student.checker.transforms import KINDS, fresh, run_transform
 

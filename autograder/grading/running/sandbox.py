@@ -50,6 +50,8 @@ import signal
 import sys
 from dataclasses import dataclass
 
+from autograder.grading.running import lifetime
+
 try:
     import pyseccomp as seccomp
 except (ImportError, OSError, RuntimeError):  # no libseccomp (not Linux, or libseccomp2 missing): no sandbox
@@ -72,7 +74,7 @@ CLONE_NEWPID, CLONE_NEWNET = 0x20000000, 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY = -100, 0x8000, 1
-PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 1, 4, 24, 36, 38
+PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 4, 24, 38
 # Syscall numbers from 424 on are the same on every architecture.
 SYS_MOUNT_SETATTR, SYS_LANDLOCK_CREATE, SYS_LANDLOCK_ADD_RULE, SYS_LANDLOCK_RESTRICT = 442, 444, 445, 446
 SYS_CAPSET = {"x86_64": 126, "aarch64": 91}.get(os.uname().machine)
@@ -198,41 +200,18 @@ def enter(policy: Policy, cwd: str, keep_fd: int, env: dict[str, str], memory: i
     the sandbox cannot be made.
     """
     os.chdir(cwd)
-    _die_with_parent(signal.SIGTERM if policy.mode == "landlock" else signal.SIGKILL)
+    lifetime.die_with_parent(signal.SIGTERM if policy.mode == "landlock" else signal.SIGKILL)
     tmp = "/tmp"
     if policy.mode == "namespaces":
         _enter_namespaces(policy, cwd)
     elif policy.mode == "landlock":
-        _fork_under_reaper()
+        lifetime.fork_under_reaper()
         tmp = _enter_landlock(policy, cwd)
     _clean_environment(env, cwd, tmp)
     if policy.mode != "off":
         _limit(memory)
-        _close_fds(keep_fd)
+        lifetime.close_fds(keep_fd)
         _deny_sockets()
-
-
-def _die_with_parent(signum: int) -> None:
-    """Get ``signum`` when the process that forked this one (the grader's warm process) ends, and let that
-    process end when the grader does: no sandbox outlives ``grade``, even one killed with SIGKILL.
-
-    The warm process (a multiprocessing forkserver) ends when the last copy of its "grader alive" pipe
-    closes; every process it forks holds a copy, so this one closes it (the sandbox's processes close
-    every other descriptor later, and the outer processes while they wait).
-    """
-    parent = os.getppid()
-    _check(_libc.prctl(PR_SET_PDEATHSIG, signum, 0, 0, 0), "pdeathsig")
-    if os.getppid() != parent or parent == 1:  # it ended before the line above
-        os._exit(1)
-    from multiprocessing import forkserver
-
-    alive = getattr(forkserver._forkserver, "_forkserver_alive_fd", None)
-    if alive is not None:
-        try:
-            os.close(alive)
-        except OSError:
-            pass
-        forkserver._forkserver._forkserver_alive_fd = None
 
 
 def _clean_environment(env: dict[str, str], cwd: str, tmp: str) -> None:
@@ -255,16 +234,6 @@ def _limit(memory: int | None) -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
-def _close_fds(keep_fd: int | None) -> None:
-    """Close every inherited descriptor but stdin/out/err and ``keep_fd`` (the result pipe)."""
-    top = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    if keep_fd is None:
-        os.closerange(3, top)
-    else:
-        os.closerange(3, keep_fd)
-        os.closerange(keep_fd + 1, top)
-
-
 def _enter_namespaces(policy: Policy, cwd: str) -> None:
     if os.geteuid() != 0:
         raise SandboxError("namespaces mode needs the grading process to run as root (use landlock)")
@@ -274,10 +243,10 @@ def _enter_namespaces(policy: Policy, cwd: str) -> None:
     pid = os.fork()
     if pid:
         os.close(outer_alive)
-        _wait_and_end_like(pid, keep=outer_holds)
+        lifetime.wait_and_end_like(pid, keep=outer_holds)
     os.close(outer_holds)
     # PID 1 of the new pid namespace: when it ends, the kernel kills every process it started.
-    _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "pdeathsig")
+    lifetime.parent_death_signal(signal.SIGKILL)
     uid = UID_BASE + sandbox_pid
     files = _read_folder(cwd)
     _build_file_system(policy, cwd, uid)
@@ -302,32 +271,10 @@ def _enter_namespaces(policy: Policy, cwd: str) -> None:
     no_new_privs()
     # Changing the uid cleared the parent-death signal (prctl(2)): set it again, now that the credentials are
     # final, and end if the outer process ended meanwhile (its end of the pipe then reads as closed).
-    _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "pdeathsig")
+    lifetime.parent_death_signal(signal.SIGKILL)
     if select.select([outer_alive], [], [], 0)[0]:
         os._exit(1)
     os.close(outer_alive)
-
-
-def _wait_and_end_like(pid: int, reap: bool = False, keep: int | None = None) -> None:
-    """The outer process: wait for the notebook (PID 1 inside), kill what it left if ``reap``, then end as it ended.
-
-    It holds no descriptor but ``keep`` meanwhile: the coordinator sees the result pipe close when the
-    notebook ends, and the warm process's "grader alive" pipe is not kept open by it."""
-    _close_fds(keep)
-    while True:
-        try:
-            _, status = os.waitpid(pid, 0)
-            break
-        except InterruptedError:
-            continue
-    if reap:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the notebook is gone: its pid may be anyone's now
-        _kill_leftovers()
-    if os.WIFSIGNALED(status):
-        number = os.WTERMSIG(status)
-        signal.signal(number, signal.SIG_DFL) if number not in (signal.SIGKILL, signal.SIGSTOP) else None
-        os.kill(os.getpid(), number)
-    os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1)
 
 
 def _read_folder(cwd: str, limit: int = 256 * 1024**2) -> dict[str, bytes]:
@@ -435,50 +382,7 @@ def _deny_sockets() -> None:
 
 
 # ----------------------------------------------------------------------------------------
-# Landlock: no namespaces, but a file system allow-list, no TCP, no signals out
-
-
-def _fork_under_reaper() -> None:
-    """Fork the notebook under this process, its subreaper; return in the notebook's process.
-
-    Without a pid namespace a process the notebook detaches (``setsid``, double fork) would be
-    adopted by init and outlive it. A subreaper adopts them instead; this process waits for the
-    notebook, kills whatever is left, and ends as the notebook ended. SIGTERM (how the grader
-    stops a notebook, and what this process gets when the grader's warm process ends) kills the
-    notebook first, so the same clean-up runs. It forks before Landlock applies, so the notebook
-    cannot signal it.
-    """
-    _check(_libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), "subreaper")
-    reaper = os.getpid()
-    pid = os.fork()
-    if pid == 0:
-        _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "pdeathsig")
-        if os.getppid() != reaper:  # the reaper died before the line above
-            os._exit(1)
-        return
-    signal.signal(signal.SIGTERM, lambda *_: os.kill(pid, signal.SIGKILL))
-    _wait_and_end_like(pid, reap=True)
-
-
-def _kill_leftovers() -> None:
-    """Kill this subreaper's children (what the notebook left running, adopted) until it has none."""
-    from autograder.grading.running.processes import below
-
-    while True:
-        try:
-            if os.waitpid(-1, os.WNOHANG)[0]:
-                continue
-        except ChildProcessError:
-            return  # the usual case: nothing left
-        for child in below(os.getpid()):
-            try:
-                os.kill(child, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        try:
-            os.waitpid(-1, 0)
-        except (ChildProcessError, InterruptedError):
-            pass
+# Landlock: no namespaces, but a file system allow-list, no TCP, no signals out (and a subreaper: lifetime.py)
 
 
 LL_EXECUTE, LL_WRITE_FILE, LL_READ_FILE, LL_READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
