@@ -38,7 +38,6 @@ import time
 import types
 
 from autograder.grading.running import processes, scan
-from autograder.grading.running.answer import answer as _answer
 from autograder.grading.running.child import CellTimeout
 from autograder.grading.running.confinement import Limits, isolate
 from autograder.grading.running.protocol import ProtocolError, receive, send, tell
@@ -193,6 +192,11 @@ class Answers:
     """The given and answer cells, run in order; the replies to the referee's requests about them."""
 
     def __init__(self, steps: list[dict], limit: float, guard) -> None:
+        # The answering code, bound before any answer runs (here, not on import: the grader's own process
+        # imports this module and must not import torch).
+        from autograder.grading.running.answer import answer
+
+        self._answer = answer
         self.given, self.answers = _namespace("autograder_examinee_given"), _namespace("autograder_examinee_answers")
         self.missing: dict[str, str] = {}  # a name the solution defines -> why the answers do not define it
         self.guard, self.tampered = guard, []
@@ -244,7 +248,7 @@ class Answers:
                 continue
             signal.setitimer(signal.ITIMER_REAL, limit)
             try:
-                reply = _answer(request, self.answers, self.given)
+                reply = self._answer(request, self.answers, self.given)
             except CellTimeout:
                 reply = {"error": f"TimeoutError: timed out after {limit:g} s"}
             except BaseException as error:  # KeyboardInterrupt, SystemExit from student code: its error, as in a cell
