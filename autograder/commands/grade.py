@@ -19,10 +19,17 @@ DESCRIPTION = ("Autograde every submission in grading/submitted/ into the gradeb
 
 
 def add_arguments(parser) -> None:
+    from autograder.grading.running.confinement import BUDGET_CELLS
+
     parser.add_argument("assignment", metavar="ASSIGNMENT")
     parser.add_argument("--jobs", "-j", type=int, default=None, help="notebooks graded at once (default: CPU cores)")
     parser.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
                         help="longest a cell may run (default 60); after one cell times out, later cells get 10 s")
+    parser.add_argument("--budget", type=float, default=None, metavar="SECONDS",
+                        help="most one notebook may take, all its cells and the grader's checks together, in "
+                             "wall-clock time and in CPU time of all its processes (default: "
+                             f"{BUDGET_CELLS} times --timeout); past it the notebook is stopped and its row says "
+                             "'over budget', naming the cell; no process of a notebook outlives it")
     parser.add_argument("--memory", type=float, default=4.0, metavar="GB",
                         help="memory a notebook may use beyond its start (default 4; 0 for no limit)")
     parser.add_argument("--scheduler", metavar="ADDRESS",
@@ -51,7 +58,8 @@ def run(args, course: Course) -> int:
     from autograder.grading.results.terminal import print_table
     from autograder.grading.running.confinement import Limits
 
-    limits = Limits(cell_timeout=args.timeout, memory=int(args.memory * 1024**3) if args.memory else None,
+    limits = Limits(cell_timeout=args.timeout, budget=args.budget,
+                    memory=int(args.memory * 1024**3) if args.memory else None,
                     threads=max(1, (os.cpu_count() or 1) // (args.jobs or os.cpu_count() or 1)),
                     sandbox="off" if args.no_sandbox else "auto")
     rows = grade(course, args.assignment, jobs=args.jobs, limits=limits, scheduler=args.scheduler,

@@ -11,6 +11,9 @@ and never a better score than the same wrong answer without the attack.
 Attacks that forge a verdict from inside the student's own interpreter (``VERDICT_FORGING``)
 make the cube tests pass there; the referee, which runs those checks again in a process of its
 own, fails them, so they too gain nothing (README, "Verdicts the student's code cannot forge").
+Those of issue 32 (``ISSUE_32``) make the notebook's process report the right facts (values, what
+is saved, the graph), get a gradient from autograd, fix an answer in a later cell or read the
+instructor's files: the examinee, which runs only the answer cells, answers the referee instead.
 """
 
 from __future__ import annotations
@@ -37,10 +40,10 @@ import autograder as autograder_package
 from autograder.course import Course
 from autograder.grading.running import sandbox
 from autograder.grading.running.protocol import NOTEBOOK_OUTPUT_CHARS
-from conftest import jupyter_server
-from test_robustness import (ASSIGNMENT, FORGOT_GRAD_OUTPUT, MAX_SCORE, NOTEBOOK, WRONG_CUBE, Notebooks, _course,
-                             autograded, autograder, code_cell, grades_csv, gradebook_scores, hidden_lines,
-                             outputs_of, write_submissions)
+from conftest import filled_release, jupyter_server
+from test_robustness import (ASSIGNMENT, FORGOT_GRAD_OUTPUT, MAX_SCORE, NOTEBOOK, POINTS, WRONG_CUBE, Notebooks,
+                             _course, autograded, autograder, cell_index, code_cell, grades_csv, gradebook_scores,
+                             hidden_lines, outputs_of, write_submissions)
 
 pytestmark = pytest.mark.slow
 
@@ -229,6 +232,101 @@ get_ipython().ast_transformers.append(DropAsserts())
 }
 
 
+# Issue 32: the referee checks, it does not ask. Each attack is a wrong (or underived) answer and code in
+# cells of the student's own that makes the notebook's process report the right facts (values, what is saved,
+# the graph), or an answer that gets its gradient from autograd, or reads the instructor's files.
+# student -> (answer cells, {grade id: code in a cell of its own after that answer, or before it ("<cube")}).
+FORGE_ANSWERS = """
+import autograder.grading.running.answer as _answer, torch as _torch
+_real = _answer.answer
+def _forged(request, namespace, harnesses=None):  # Cube's values and gradients from torch itself
+    reply = _real(request, namespace, harnesses)
+    if request['target'] == 'Cube' and reply.get('error') is None:
+        x = _answer.decode(request['args'][0]).requires_grad_()
+        y = x ** 3
+        reply['outputs'] = [_answer.encode(y.detach())]
+        if request['upstream'] is not None:
+            reply['grads'] = [_answer.encode(_torch.autograd.grad(y, x, _answer.decode(request['upstream'][0]))[0])]
+    return reply
+_answer.answer = _forged
+"""
+FORGE_SAVED = """
+import autograder.grading.running.answer as _answer, autograder.student.checker.saved as _saved
+_real_record = _saved.saved_record
+def _record(function, call):  # "it saved its output"
+    outputs, saved, attributes = _real_record(function, call)
+    return outputs, [o.detach() for o in outputs], attributes
+_saved.saved_record = _answer.saved_record = _record
+"""
+FORGE_GRAPH = """
+import autograder.grading.running.answer as _answer
+_real_names = _answer.graph_names
+_answer.graph_names = lambda outputs: sorted(set(_real_names(outputs)) | {'PolyFunctionBackward'})
+"""
+ENGINE = ("with torch.enable_grad():\n            y = x.detach().requires_grad_()\n"
+          "            return torch.autograd.Variable._execution_engine.run_backward(\n"
+          "                (y ** 3,), (grad_output,), False, False, (y,), False)[0]")
+GRAD = ("with torch.enable_grad():\n            y = x.detach().requires_grad_()\n"
+        "            return torch.autograd.grad(y ** 3, y, grad_output)[0]")
+READS_INSTRUCTORS_FILES = """
+import glob, os, autograder
+package = os.path.dirname(autograder.__file__)
+for path in glob.glob(package + '/grading/demo/*/ada/*.ipynb') + [package + '/authoring/timed_functions.py']:
+    try:
+        exec(open(path).read() if path.endswith('.py') else '')
+        print('GOT: read', path)
+    except OSError:
+        pass
+try:
+    import autograder.authoring.timed_functions
+    print('GOT: imported timed_functions')
+except ImportError:
+    pass
+"""
+SAVES_INPUT = ("result = x.sqrt()\n        ctx.save_for_backward(result)", "result = x.sqrt()\n        ctx.save_for_backward(x)",
+               "(result,) = ctx.saved_tensors", "(x,) = ctx.saved_tensors\n        result = x.sqrt()")
+NET_WITHOUT_POLY = ("return PolyFunction.apply(x1, x2)", "return x1 ** 3 + x2 ** 2")
+
+
+def issue_32_submissions(notebooks: Notebooks, wrong: dict) -> dict[str, dict]:
+    """The attacks above and the untampered answers they are compared with, as notebooks."""
+    right = notebooks.right
+    saves_input = right["sqrt"]
+    for old, new in zip(SAVES_INPUT[::2], SAVES_INPUT[1::2]):
+        saves_input = notebooks.edit("sqrt", old, new, base={"sqrt": saves_input})
+    answers = {
+        "blank": ({}, {}), "saves_input": ({"sqrt": saves_input}, {}),
+        "net_without_poly": ({"net": notebooks.edit("net", *NET_WITHOUT_POLY)}, {}),
+        "forges_the_answers": ({"cube": wrong["cube"]}, {"cube": FORGE_ANSWERS}),
+        "forges_saved_records": ({"sqrt": saves_input}, {"sqrt": FORGE_SAVED}),
+        "forges_graph_names": ({"net": notebooks.edit("net", *NET_WITHOUT_POLY)}, {"net": FORGE_GRAPH}),
+        "run_backward_in_backward": ({"cube": notebooks.in_backward("cube", ENGINE)}, {}),
+        "grad_in_backward": ({"cube": notebooks.in_backward("cube", GRAD)}, {}),
+        "fixes_it_in_a_later_cell": ({"cube": wrong["cube"]}, {"cube": (
+            "class _Right(torch.autograd.Function):\n" + right["cube"].split("\n", 1)[1] +
+            "\nCube.forward, Cube.backward = _Right.forward, _Right.backward\n")}),
+        "helper_outside_the_answer": ({"cube": notebooks.edit("cube", "return grad_output * 3 * x ** 2",
+                                                              "return grad_output * slope(x)")},
+                                      {"<cube": "def slope(x):\n    return 3 * x ** 2\n"}),
+        "reads_instructors_files": ({}, {"cube": READS_INSTRUCTORS_FILES}),
+    }
+    subs = {}
+    for student, (changed, own_cells) in answers.items():
+        nb = (filled_release(notebooks.root, ASSIGNMENT, {}) if student in ("blank", "reads_instructors_files")
+              else notebooks.answers(**changed))
+        for where, code in own_cells.items():
+            at = cell_index(nb, where.lstrip("<")) + (0 if where.startswith("<") else 1)
+            nb["cells"].insert(at, code_cell(f"own-{where.lstrip('<')}", code))
+        subs[student] = nb
+    return subs
+
+
+# The most each attack of issue 32 may score: its untampered student's score.
+ISSUE_32 = {"forges_the_answers": "wrong_cube", "forges_saved_records": "saves_input",
+            "forges_graph_names": "net_without_poly", "run_backward_in_backward": "grad_in_backward",
+            "fixes_it_in_a_later_cell": "wrong_cube", "reads_instructors_files": "blank"}
+
+
 # Which wrong answer each attack is added to; its untampered score is the most it may get.
 EXERCISE = {"reads_secrets": "cube", "writes_everything": "sqrt", "leaves_processes": "cube",
             "kills_everyone": "sqrt", "fork_bomb": "cube", "uses_the_network": "sqrt",
@@ -387,9 +485,14 @@ def run(tmp_path_factory):
     threading.Thread(target=accept, daemon=True).start()
     subs = {"right": notebooks.answers(), "right_too": notebooks.answers(),
             "wrong_cube": notebooks.answers(cube=wrong["cube"]), "forgot_grad_output": notebooks.answers(sqrt=wrong["sqrt"])}
-    for student, code in {**attacks(course.root, listener.getsockname()[1]), **VERDICT_FORGING}.items():
+    for student, code in attacks(course.root, listener.getsockname()[1]).items():
         exercise = EXERCISE[student]
         subs[student] = notebooks.answers(**{exercise: wrong[exercise] + "\n\n" + code})
+    for student, code in VERDICT_FORGING.items():  # in a cell of the student's own after the wrong answer
+        exercise = EXERCISE[student]
+        subs[student] = notebooks.answers(**{exercise: wrong[exercise]})
+        subs[student]["cells"].insert(cell_index(subs[student], exercise) + 1, code_cell("forges", code))
+    subs.update(issue_32_submissions(notebooks, wrong))
     page = notebooks.answers(sqrt=wrong["sqrt"])
     page["cells"].insert(1, {"cell_type": "markdown", "id": "evil-md", "metadata": {}, "source": HTML_ATTACK_MARKDOWN})
     page["cells"].append(code_cell("evil-out", HTML_ATTACK_CODE))
@@ -520,3 +623,44 @@ def test_forging_a_verdict_from_inside_the_interpreter_gains_nothing(run, studen
         shown = outputs_of(autograded(run.course_obj, student), "test_cube_forward")
         assert "Cube: forward's output is wrong" in shown and "first (found by the grader's own check" in shown
 
+
+
+# ----------------------------------------------------------------------------------------
+# Issue 32: the referee checks, it does not ask
+
+
+def test_the_untampered_answers_score_what_their_mistakes_cost(run):
+    score = lambda student: float(run.rows[student]["score"])  # noqa: E731
+    assert score("blank") == 0
+    assert score("saves_input") == MAX_SCORE - POINTS["test_sqrt"]  # right values, the input saved
+    assert score("net_without_poly") == MAX_SCORE - POINTS["test_net"]  # right values, PolyFunction unused
+    assert score("grad_in_backward") == MAX_SCORE - POINTS["test_cube_backward"]  # right values, no derivation
+
+
+@pytest.mark.parametrize("student", sorted(ISSUE_32))
+def test_what_the_notebooks_process_reports_or_runs_gains_nothing(run, student):
+    assert float(run.rows[student]["score"]) <= float(run.rows[ISSUE_32[student]]["score"]), run.rows[student]
+    assert "GOT:" not in run.outputs(student)
+
+
+def test_a_backward_that_hands_its_work_to_autograd_fails_whichever_way(run):
+    shown = run.outputs("grad_in_backward")
+    assert "Cube: backward calls autograd (autograd ran PowBackward0" in shown
+    refused = outputs_of(autograded(run.course_obj, "run_backward_in_backward"), "test_cube_backward")
+    assert "the grader did not run your answer cell 'cube': it uses line" in refused and "_execution_engine" in refused
+    assert float(run.rows["run_backward_in_backward"]["score"]) == MAX_SCORE - 3  # forward's test too: not run
+
+
+def test_forged_records_and_replaced_answering_code_are_reported_as_tampering(run):
+    for student in ("forges_the_answers", "forges_saved_records", "forges_graph_names"):
+        assert run.rows[student]["status"] == "tampering found", run.rows[student]
+    assert "Sqrt's saved tensor 1 should be the output" in run.outputs("forges_saved_records")
+    assert "Net's output should come from PolyFunction.apply" in run.outputs("forges_graph_names")
+
+
+def test_an_answer_is_judged_as_its_answer_cell_defines_it(run):
+    # Fixed in a later cell of the student's own: the notebook's visible tests passed, the grader's did not.
+    assert "forward's output 0 is wrong" in outputs_of(autograded(run.course_obj, "fixes_it_in_a_later_cell"),
+                                                        "test_cube_forward")
+    helper = outputs_of(autograded(run.course_obj, "helper_outside_the_answer"), "test_cube_backward")
+    assert "NameError: name 'slope' is not defined" in helper and "runs only the notebook's given cells and your answer cells" in helper

@@ -16,6 +16,7 @@ import torch
 from autograder.grading.running import answer, executor, referee
 from autograder.grading.running.confinement import Limits
 from autograder.grading.running.executor import execute
+from autograder.grading.running.preparation import cells_to_run
 from autograder.grading.running.referee_process import stop_referee
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -209,18 +210,19 @@ def test_each_way_a_cell_fails_is_said_once(cause, body, says, tmp_path):
     assert errors == [says], cause
 
 
-def _cells(replace=None, extra: str = "") -> list[dict]:
-    cells = []
-    for cell in _notebook()["cells"]:
-        source = "".join(cell["source"])
-        if cell["cell_type"] == "code" and cell["metadata"].get("nbgrader", {}).get("solution") and replace:
-            source = source.replace(*replace)
-        if "class Cube" in source:
-            source += extra
-        cell = {"cell_type": cell["cell_type"], "source": source}
-        if referee.test_cell_id(_notebook()["cells"][len(cells)]):
-            cell["grade_id"] = referee.test_cell_id(_notebook()["cells"][len(cells)])
-        cells.append(cell)
+def _cells(replace=None, extra: str = "", answer_extra: str = "") -> list[dict]:
+    """01's cells as grading passes them, the answers changed by ``replace``; ``extra``: a cell of the
+    student's own after Cube's answer cell; ``answer_extra``: code added to Cube's answer cell."""
+    notebook = _notebook()
+    for cell in notebook["cells"]:
+        if cell["cell_type"] == "code" and cell["metadata"].get("nbgrader", {}).get("solution"):
+            source = "".join(cell["source"])
+            cell["source"] = (source.replace(*replace) if replace else source) + (
+                answer_extra if "class Cube" in source else "")
+    cells = cells_to_run(notebook)
+    if extra:
+        after = next(i for i, c in enumerate(cells) if c.get("answer_id") == "cube") + 1
+        cells.insert(after, {"cell_type": "code", "source": extra})
     return cells
 
 
@@ -237,44 +239,54 @@ def test_in_grading_a_forged_pass_is_overruled_and_an_honest_notebook_keeps_ever
                                                ("test_cube_backward", "test_sqrt", "test_poly_function"))
     assert sum(honest.judged.values()) >= 11
     # Wrong backward, and every later cell "passes" because run_cell no longer runs anything.
-    forged = _cells(WRONG_BACKWARD, "\nget_ipython().run_cell = lambda *args, **kwargs: None\n")
+    forged = _cells(WRONG_BACKWARD, "get_ipython().run_cell = lambda *args, **kwargs: None\n")
     result = execute(forged, str(tmp_path), Limits(cell_timeout=30), {}, trusted)
     assert any("the gradient for `x` is wrong" in e for e in _errors(result, forged, "test_cube_backward"))
-    assert any("Sqrt" in e for e in _errors(result, forged, "test_sqrt"))
-    # A notebook that forges pipe messages and exits in the middle of the referee's checks; the same
-    # referee process then judges the next notebook as if nothing had happened.
-    exits = _cells(None, "\nimport inspect, os\n_forward = Cube.forward\n"
-                         "def _exits_for_the_referee(ctx, x):\n"
-                         "    if any(frame.function == 'answer' for frame in inspect.stack()):\n"
-                         "        os._exit(0)\n"
-                         "    return _forward(ctx, x)\n"
-                         "Cube.forward = staticmethod(_exits_for_the_referee)\n")
-    result = execute(exits, str(tmp_path), Limits(cell_timeout=30), {}, trusted)
-    assert (result.status, _errors(result, exits, "test_cube_forward")) == ("kernel died", [
-        "Cube: could not be checked: your notebook's process sent no answer (found by the grader's own check, which "
-        "runs this cell's checks outside your notebook's process, on new random inputs)"])
+    # Sqrt is right: judged on the answers alone, it keeps its points whatever the notebook's own process did.
+    assert _errors(result, forged, "test_sqrt") == []
+    # An answer that stops answering in the examinee (it can tell the two processes apart) and ignores its
+    # time limit: the examinee is ended, every later check fails; the same referee process then judges the
+    # next notebook as if nothing had happened.
+    stuck = _cells(answer_extra="\nimport time\n_forward = Cube.forward\n"
+                                "def _stuck_for_the_grader(ctx, x):\n"
+                                "    while __name__ != '__main__':\n"
+                                "        try:\n"
+                                "            time.sleep(60)\n"
+                                "        except BaseException:\n"
+                                "            pass\n"
+                                "    return _forward(ctx, x)\n"
+                                "Cube.forward = staticmethod(_stuck_for_the_grader)\n")
+    result = execute(stuck, str(tmp_path), Limits(cell_timeout=2), {}, trusted)
+    assert result.status == "kernel died" and "the process that runs your answers" in result.detail, result.detail
+    assert _errors(result, stuck, "test_cube_forward") == [
+        "Cube: could not be checked: the grader's run of your answers sent no answer (found by the grader's own check, which "
+        "runs this cell's checks outside your notebook's process, on new random inputs)"]
     again = execute(_cells(), str(tmp_path), Limits(cell_timeout=30), {}, trusted)
     assert again.status == "graded" and again.judged == honest.judged
 
 
 @pytest.mark.slow
-def test_a_student_who_hands_back_the_right_values_without_the_function_passes_the_value_checks(tmp_path):
-    # The documented limit (README, threat model): the referee judges values; a forged answer that
-    # computes the right values with torch itself (which needs knowing the answer) is not caught here.
-    forge = ("\nimport autograder.grading.running.answer as _r, torch as _t\n"
-             "def _forged(request, namespace):\n"
+def test_replacing_the_answering_code_gains_nothing_wherever_the_notebook_does_it(tmp_path):
+    # Issue 32: the student's process replaced the answering function with one that computes torch's own
+    # answer (8/11 with every answer wrong). Now the notebook's process answers nothing: in a cell of its
+    # own the forgery changes nothing; in the answer cell, the grader refuses to run that cell.
+    forge = ("import autograder.grading.running.answer as _r, torch as _t\n"
+             "def _forged(request, namespace, harnesses=None):\n"
              "    x = _r.decode(request['args'][0]).requires_grad_()\n"
              "    y = x ** 3\n"
-             "    reply = {'error': None, 'outputs': [_r.encode(y.detach())], 'grads': None}\n"
+             "    reply = {'error': None, 'outputs': [_r.encode(y.detach())], 'grads': None, 'autograd_in_backward': None}\n"
              "    if request['upstream'] is not None:\n"
              "        (g,) = _t.autograd.grad(y, x, _r.decode(request['upstream'][0]))\n"
              "        reply['grads'] = [_r.encode(g)]\n"
              "    return reply\n"
              "_r.answer = _forged\n")
-    cells = _cells(WRONG_BACKWARD, forge)
-    result = execute(cells, str(tmp_path), Limits(cell_timeout=30), {}, referee.trusted_cells(_notebook()))
-    errors = _errors(result, cells, "test_cube_backward")
-    assert errors and not any("grader's own check" in e for e in errors)  # the student's process found it; the referee did not
+    trusted = referee.trusted_cells(_notebook())
+    for cells in (_cells(WRONG_BACKWARD, forge), _cells(WRONG_BACKWARD, answer_extra="\n" + forge)):
+        result = execute(cells, str(tmp_path), Limits(cell_timeout=30), {}, trusted)
+        errors = _errors(result, cells, "test_cube_backward")
+        assert any("grader's own check" in e for e in errors), errors
+    assert any("the grader did not run your answer cell 'cube': it uses line" in e and "importing `autograder" in e
+               for e in errors), errors
 
 
 ASSIGNMENTS = sorted(path.name for path in (ROOT / "solutions").iterdir() if path.is_dir())
@@ -290,10 +302,7 @@ def test_the_referee_decides_every_test_cell_and_never_fails_a_right_answer(assi
     for path in folder.iterdir():  # data files beside the notebook, as grading copies them
         if path.suffix != ".ipynb" and path.is_file():
             (tmp_path / path.name).write_bytes(path.read_bytes())
-    cells = [{"cell_type": c["cell_type"], "source": "".join(c["source"])} for c in notebook["cells"]]
-    for cell, original in zip(cells, notebook["cells"]):
-        if referee.test_cell_id(original):
-            cell["grade_id"] = referee.test_cell_id(original)
+    cells = cells_to_run(notebook)
     result = execute(cells, str(tmp_path), Limits(cell_timeout=60), {}, referee.trusted_cells(notebook))
     assert result.status == "graded", result.detail
     tests = {i: c["grade_id"] for i, c in enumerate(cells) if c.get("grade_id")}
@@ -448,11 +457,7 @@ def test_a_notebook_that_forges_every_verdict_in_its_own_process_passes_no_test_
     folder = ROOT / "course" / assignment
     notebook = json.loads((folder / f"{assignment}.ipynb").read_text())
     trusted = referee.trusted_cells(json.loads((ROOT / "solutions" / assignment / f"{assignment}.ipynb").read_text()))
-    cells = [{"cell_type": "code", "source": FORGE_EVERY_VERDICT}]
-    cells += [{"cell_type": c["cell_type"], "source": "".join(c["source"])} for c in notebook["cells"]]
-    for cell, original in zip(cells[1:], notebook["cells"]):
-        if referee.test_cell_id(original):
-            cell["grade_id"] = referee.test_cell_id(original)
+    cells = [{"cell_type": "code", "source": FORGE_EVERY_VERDICT}] + cells_to_run(notebook)
     result = execute(cells, str(tmp_path), Limits(cell_timeout=60), {}, trusted)
     tests = {i: c["grade_id"] for i, c in enumerate(cells) if c.get("grade_id")}
     passed = [tests[i] for i in tests if not _errors(result, cells, tests[i])]

@@ -143,7 +143,7 @@ def submissions(notebooks: Notebooks) -> dict[str, str | bytes | dict[str, str |
         # Crashes
         "os_exit": nb.answers(poly_function=nb.right["poly_function"] + "\nimport os\nos._exit(1)\n"),
         "segfault": nb.answers(cube=nb.in_backward("cube", "import ctypes\nctypes.string_at(0)")),
-        "sys_exit": nb.answers(sqrt=nb.right["sqrt"] + "\nimport sys\nsys.exit()\n"),
+        "sys_exit": nb.answers(sqrt=nb.right["sqrt"] + "\nraise SystemExit(0)  # what sys.exit() raises\n"),
         "exit_call": nb.answers(sqrt=nb.right["sqrt"] + "\nexit()\n"),
         "keyboard_interrupt": nb.answers(cube=nb.in_backward("cube", "raise KeyboardInterrupt")),
         # Student code runs in the grading process, so it can break the grader's own objects.
@@ -219,7 +219,10 @@ def submissions(notebooks: Notebooks) -> dict[str, str | bytes | dict[str, str |
              "json.dump(_nb, open('01_first_function.ipynb', 'w'))\n")
     subs["forges_its_notebook"] = nb.answers(cube=wrong_answers["cube"] + "\n\n" + forge)
     subs["overwrites_its_notebook"] = nb.answers(net=nb.right["net"] + f"\nopen('{NOTEBOOK}', 'w').write('?')\n")
-    subs["deletes_its_folder"] = nb.answers(net=nb.right["net"] + "\nimport os, shutil\nshutil.rmtree(os.getcwd())\n")
+    deletes = nb.answers()  # in a cell of its own: an answer cell importing os is not run by the grader's examinee
+    deletes["cells"].insert(cell_index(deletes, "net") + 1,
+                            code_cell("deletes", "import os, shutil\nshutil.rmtree(os.getcwd())\n"))
+    subs["deletes_its_folder"] = deletes
     # Hidden tests: code that prints the test cell it runs in, now and in a cell of its own later.
     leak = nb.answers(cube=nb.in_backward("cube", (
         "import builtins\nbuiltins.stolen = get_ipython().user_ns['In'][-1]\nprint(builtins.stolen)")))
@@ -406,8 +409,8 @@ def test_huge_output_is_cut_and_costs_nothing(batch):
 def test_a_dead_kernel_gets_a_row_and_feedback_saying_where(batch):
     before_poly = POINTS["test_cube_forward"] + POINTS["test_cube_backward"] + POINTS["test_sqrt"]
     assert_row(batch, "os_exit", before_poly, "kernel died", "cell 'poly_function'", "exited with status 1")
-    assert_row(batch, "segfault", POINTS["test_cube_forward"], "kernel died", "cell 'test_cube_backward'",
-               "SIGSEGV")
+    # Its answer cell imports ctypes: the grader's examinee does not run it, so even Cube's forward scores 0.
+    assert_row(batch, "segfault", 0, "kernel died", "cell 'test_cube_backward'", "SIGSEGV")
     assert_row(batch, "breaks_the_grader", before_poly, "kernel died", "cell 'poly_function'",
                "the grading process failed: ZeroDivisionError")
     for student, where in [("os_exit", "the kernel died while running this cell"),

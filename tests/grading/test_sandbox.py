@@ -10,7 +10,6 @@ import json
 import os
 import signal
 import socket
-from pathlib import Path
 from dataclasses import dataclass
 
 import pytest
@@ -232,9 +231,43 @@ def test_without_libseccomp_no_sandbox_is_offered(monkeypatch):
         sandbox._deny_sockets()
 
 
-def test_the_sandbox_shows_the_whole_package_not_one_of_its_wings():
-    """A notebook imports modules the warm process did not preload (07's ``autograder.student.timing``)."""
-    import autograder
-    from autograder.grading.running.confinement import package_folder
+INSTRUCTORS_PARTS = """
+import os, autograder
+package = os.path.dirname(autograder.__file__)
+for path in ('grading/demo/01_first_function/ada/01_first_function.ipynb', 'grading/demo/roster.csv',
+             'authoring/timed_functions.py', 'grading/grade.py'):
+    try:
+        open(os.path.join(package, path)).read()
+        print('GOT: read', path)
+    except OSError as error:
+        print('refused:', path, type(error).__name__)
+for path in ('', 'grading', 'authoring', 'grading/demo'):
+    try:
+        print('listed', repr(path), sorted(os.listdir(os.path.join(package, path))))
+    except OSError as error:
+        print('refused: list', repr(path), type(error).__name__)
+for module in ('autograder.authoring.timed_functions', 'autograder.grading.demo.make_demo'):
+    try:
+        __import__(module)
+        print('GOT: imported', module)
+    except Exception as error:
+        print('refused: import', module, type(error).__name__)
+import autograder.student.timing  # what 07 imports after the warm process started (not preloaded)
+print('imported', autograder.student.timing.__name__)
+"""
 
-    assert Path(package_folder()) == Path(autograder.__file__).resolve().parent
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["namespaces", "landlock"])
+def test_the_sandbox_shows_what_notebooks_import_and_none_of_the_instructors_parts(tmp_path, mode):
+    """Issue 32: a notebook read the demo class's full-mark answers and authoring/timed_functions.py (07's and
+    02's answers) from the package folder; only what notebooks and the grader's own sandboxed code import is shown."""
+    limits = Limits(cell_timeout=30, memory=1024**3, sandbox=mode, hidden=(str(tmp_path / "course"),))
+    result = execute([{"cell_type": "code", "source": INSTRUCTORS_PARTS}], str(tmp_path), limits)
+    shown = "".join(o.get("text", "") for o in result.outputs[0])
+    assert result.status == "graded" and "GOT:" not in shown, shown
+    assert shown.count("refused:") == 4 + (4 if mode == "landlock" else 2) + 2, shown  # reads, listings, imports
+    assert "imported autograder.student.timing" in shown
+    if mode == "namespaces":  # the package folder holds only the parts shown again
+        assert "listed '' ['__init__.py', 'grading', 'student']" in shown
+        assert "listed 'grading' ['__init__.py', 'running']" in shown

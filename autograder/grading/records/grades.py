@@ -17,8 +17,8 @@ from autograder.grading.records.spreadsheet import CsvFile
 GRADES_CSV = "grades.csv"
 
 # Worst first: a student's status is the worst of their notebooks'.
-STATUSES = ["tampering found", "invalid notebook", "kernel died", "timed out", "ran out of memory", "missing",
-            "graded"]
+STATUSES = ["tampering found", "invalid notebook", "kernel died", "over budget", "timed out", "ran out of memory",
+            "missing", "graded"]
 
 
 @dataclass

@@ -1,25 +1,48 @@
-"""The student's side of the referee: runs in the student's process and answers the referee's requests.
+"""The answers to the referee's requests: run in the examinee (``autograder.grading.running.examinee``).
 
-A request names one of the notebook's objects and gives plain data (``wire``): apply this Function
+A request names one of the student's objects and gives plain data (``wire``): apply this Function
 (call this function, build this Module) on these tensors, backward with these upstream gradients,
-and under these transforms; or record what it saves for backward. The reply is plain data too. The
-student's code can replace this module, and lie: a lie must then match, on inputs it cannot
-predict, what the referee computes with the reference, which needs the answer.
+and under these transforms; record what it saves for backward; make a diagnosis record. The reply
+is a dict of plain data, so a caller may add keys to it without breaking the referee, which reads
+only the keys it knows. Every fact in a reply is measured here, with functions bound when the warm
+process imported this module, before any student code ran: the checker's record makers
+(``saved_record``, ``graph_names``, the diagnoses, the transforms) and torch's autograd; a Function
+class is used only if ``Function.apply`` is torch's own (no class of its own defines ``apply``, no
+metaclass of its own, its graph node the one torch made for it). The tamper guard
+watches this module's names and its functions' code (``autograder.grading.running.tamper``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import types
 
+import torch
+
+from autograder.grading.running.autograd_use import Watch, graph_nodes
 from autograder.grading.running.wire import Unsupported, decode, encode
+from autograder.student.checker import diagnoses
+from autograder.student.checker.callables import argument_names, graph_names
+from autograder.student.checker.devices import device_record
+from autograder.student.checker.harness import as_data
+from autograder.student.checker.references import _autograd_grad, _enable_grad, _equal, _Function, _Module
+from autograder.student.checker.saved import saved_record
+from autograder.student.checker.transforms import KINDS, fresh, run_transform
+
+_FUNCTION_TYPE = type(torch.autograd.Function)  # FunctionMeta: a class of it finds apply as torch defines it
+_BACKWARD_CLASS = torch.autograd.function.BackwardCFunction
+_DIAGNOSES = {"backward": lambda f, args, seed: diagnoses.backward_record(f, args, seed),
+              "finite": lambda f, args, seed: diagnoses.finite_record(f, args),
+              "size": lambda f, args, seed: {"largest": diagnoses.largest_tensor_in_backward(f, *args)},
+              "dtype": lambda f, args, seed: diagnoses.dtype_record(f, args),
+              "device": lambda f, args, seed: device_record(f, args)}
 
 
-def answer(request: dict, namespace: dict) -> dict:
-    """Apply the student's Function as asked and send back its outputs and gradients (or the error)."""
-    import torch
+def answer(request: dict, namespace: dict, harnesses: dict | None = None) -> dict:
+    """Apply the student's Function as asked and send back its outputs and gradients (or the error).
 
-    from autograder.student.checker.callables import argument_names, graph_names
-
+    ``namespace`` holds the student's objects; ``harnesses`` the instructor's functions ``check_with``
+    runs them with (the same namespace when not given)."""
     try:
         run = _target(request, namespace)
         if isinstance(run, str):
@@ -27,14 +50,15 @@ def answer(request: dict, namespace: dict) -> dict:
         if request["kind"] == "diagnosis":
             return _answer_diagnosis(namespace[request["target"]], request)
         if request["kind"] in ("values", "with"):
-            return _answer_data(run, request, namespace)
+            return _answer_data(run, request, namespace if harnesses is None else harnesses)
         if request["kind"] == "saved":
             return _answer_saved(namespace[request["target"]], [decode(a) for a in request["args"]], request["grad"],
                                  bool(request["inplace"]))
         args = [decode(a) for a in request["args"]]
         leaves = [a.requires_grad_(True) if wanted else a for a, wanted in zip(args, request["grad"])]
         call = [a.clone() if wanted and request["inplace"] else a for a, wanted in zip(leaves, request["grad"])]
-        with torch.enable_grad():
+        watching = bool(request.get("forbid_autograd"))
+        with _enable_grad(), (Watch() if watching else contextlib.nullcontext()) as in_forward:
             outputs = run(*call)
         if isinstance(outputs, (types.GeneratorType, map, filter, zip)):  # an iterable result is read as a list
             outputs = list(outputs)
@@ -42,13 +66,18 @@ def answer(request: dict, namespace: dict) -> dict:
         reply = {"error": None, "outputs": [_encode_output(o) for o in outputs], "grads": None,
                  "returned_inputs": [next((i for i, a in enumerate(call) if o is a), None) for o in outputs],
                  "graph": graph_names(outputs), "names": argument_names(namespace[request["target"]], len(args))}
+        if watching:
+            reply["autograd_in_backward"] = in_forward.found(graph_nodes(()))
         upstream = request["upstream"]
         if upstream is not None and len(upstream) == len(outputs):
             used = [(o, decode(u)) for o, u in zip(outputs, upstream) if u is not None]
             wrt = [leaf for leaf, wanted in zip(leaves, request["grad"]) if wanted]
             kept = [u.clone() for _, u in used]
-            grads = iter(torch.autograd.grad([o for o, _ in used], wrt, [u for _, u in used], allow_unused=True))
-            reply["upstream_modified"] = any(not torch.equal(u, k) for (_, u), k in zip(used, kept))
+            with Watch() if watching else contextlib.nullcontext() as in_backward:
+                grads = iter(_autograd_grad([o for o, _ in used], wrt, [u for _, u in used], allow_unused=True))
+            if watching and not reply["autograd_in_backward"]:
+                reply["autograd_in_backward"] = in_backward.found(graph_nodes(outputs))
+            reply["upstream_modified"] = any(not _equal(u, k) for (_, u), k in zip(used, kept))
             reply["grads"] = [_encode_output(next(grads)) if wanted else {"value": None} for wanted in request["grad"]]
         reply["transforms"] = [_answer_transform(run, request["args"], t) for t in request.get("transforms") or []]
         return reply
@@ -58,33 +87,18 @@ def answer(request: dict, namespace: dict) -> dict:
 
 def _answer_diagnosis(function, request: dict) -> dict:
     """A diagnosis record of the student's Function (``autograder.student.checker.diagnoses``), as data."""
-    from autograder.student.checker import diagnoses
-
-    args, what = [decode(a) for a in request["args"]], request["what"]
-    if what == "backward":
-        record = diagnoses.backward_record(function, args, int(request["seed"]))
-    elif what == "finite":
-        record = diagnoses.finite_record(function, args)
-    elif what == "size":
-        record = {"largest": diagnoses.largest_tensor_in_backward(function, *args)}
-    elif what == "dtype":
-        record = diagnoses.dtype_record(function, args)
-    elif what == "device":
-        from autograder.student.checker.devices import device_record
-
-        record = device_record(function, args)
-    else:
-        return {"error": f"no diagnosis {what!r}"}
+    make = _DIAGNOSES.get(request["what"])
+    if make is None:
+        return {"error": f"no diagnosis {request['what']!r}"}
+    record = make(function, [decode(a) for a in request["args"]], int(request["seed"]))
     return {"error": None, "record": encode(record)}
 
 
-def _answer_data(run, request: dict, namespace: dict) -> dict:
+def _answer_data(run, request: dict, harnesses: dict) -> dict:
     """A plain result: the student's function on these arguments, or the notebook's harness run with its object."""
-    from autograder.student.checker.harness import as_data
-
     args = [decode(a) for a in request["args"]]
     if request["kind"] == "with":
-        harness = namespace.get(str(request["harness"]))
+        harness = harnesses.get(str(request["harness"]))
         if not isinstance(harness, types.FunctionType):
             return {"error": f"NameError: no function {request['harness']} in your notebook (it is given: run its cell)"}
         result = as_data(harness(run, *args))
@@ -98,8 +112,6 @@ def _answer_data(run, request: dict, namespace: dict) -> dict:
 
 def _answer_transform(run, args: list, transform: dict) -> dict:
     """The student's results under one of the referee's transforms (``autograder.student.checker.transforms``)."""
-    from autograder.student.checker.transforms import KINDS, fresh, run_transform
-
     try:
         if transform["kind"] not in KINDS:
             return {"error": f"no transform {transform['kind']!r}"}
@@ -113,8 +125,6 @@ def _answer_transform(run, args: list, transform: dict) -> dict:
 
 def _answer_saved(function, args: list, grad: list, inplace: bool) -> dict:
     """What the Function saved for backward (``autograder.check_saved``'s record), as data."""
-    from autograder.student.checker.saved import saved_record
-
     leaves = [a.requires_grad_(True) if wanted else a for a, wanted in zip(args, grad)]
     _, saved, attributes = saved_record(function, [a * 1 if inplace and wanted else a for a, wanted in zip(leaves, grad)])
     return {"error": None, "saved": [_encode_output(t) for t in saved], "attributes": [str(a) for a in attributes]}
@@ -123,19 +133,34 @@ def _answer_saved(function, args: list, grad: list, inplace: bool) -> dict:
 def _target(request: dict, namespace: dict):
     """What to call for ``request``: a Function's ``apply``, a callable, or a new instance of a Module
     class; or why there is none."""
-    import torch
-
     name, found = request["target"], namespace.get(request["target"])
-    is_function = isinstance(found, type) and issubclass(found, torch.autograd.Function)
+    is_function = isinstance(found, type) and issubclass(found, _Function)
     if request["kind"] == "with" and found is not None:
         return found
     if request["kind"] in ("apply", "saved", "diagnosis"):
-        return found.apply if is_function else f"NameError: no torch.autograd.Function named {name} in your notebook"
-    if isinstance(found, type) and issubclass(found, torch.nn.Module):
+        if not is_function:
+            return f"NameError: no torch.autograd.Function named {name} in your notebook"
+        return _not_genuine(found) or found.apply
+    if isinstance(found, type) and issubclass(found, _Module):
         return found()
     if callable(found) and not is_function and not isinstance(found, type):
         return found
     return f"NameError: no function or nn.Module class named {name} in your notebook"
+
+
+def _not_genuine(function: type) -> str | None:
+    """Why torch would not run ``function`` as a Function (another metaclass, its own ``apply``, a graph node
+    that is not the one torch made for it), or None: then ``function.apply`` is torch's own."""
+    if type(function) is not _FUNCTION_TYPE:
+        return f"TypeError: {function.__name__} is not made by torch.autograd.Function's own metaclass"
+    for owner in function.__mro__:
+        if "apply" in vars(owner) and not owner.__module__.startswith("torch"):
+            return (f"TypeError: {function.__name__} defines its own apply; a Function is used through "
+                    f"torch.autograd.Function.apply, which calls forward and backward")
+    node = vars(function).get("_backward_cls")
+    if not (isinstance(node, type) and issubclass(node, _BACKWARD_CLASS) and vars(node).get("_forward_cls") is function):
+        return f"TypeError: {function.__name__}'s graph node is not the one torch made for it"
+    return None
 
 
 def _encode_output(value) -> dict:
@@ -143,5 +168,3 @@ def _encode_output(value) -> dict:
         return encode(value)
     except Unsupported:
         return {"other": type(value).__name__}
-
-

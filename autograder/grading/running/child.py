@@ -1,13 +1,13 @@
 """The notebook's own process: forked from the warm one, it runs the cells and reports each one.
 
 It sends ``["start", i]``, ``["end", i, outputs, count, status]`` and ``["done"]``
-(``autograder.grading.running.protocol``); after each test cell it answers the referee's
-questions about the student's objects (``answer_referee``) until the grader says go on.
+(``autograder.grading.running.protocol``); after each test cell the grader has the referee check it
+(the examinee answers, never this process: ``autograder.grading.running.examinee``), and this process
+waits until the grader says go on.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 
@@ -26,8 +26,8 @@ class CellTimeout(BaseException):
 def child_main(cells, cwd, limits: Limits, env, connection, judged: bool = False) -> None:
     """Run every code cell and send ("start", i) / ("end", i, outputs, count, status) / ("done",).
 
-    With ``judged``, after each test cell (one with a ``grade_id``) answer the referee's questions
-    until the grader says ``continue``."""
+    With ``judged``, after each test cell (one with a ``grade_id``) wait until the grader says ``continue``
+    (the referee checks the cell meanwhile)."""
     try:
         isolate(cwd, limits, env, connection.fileno())
         from autograder.grading.running import warm
@@ -70,7 +70,7 @@ def child_main(cells, cwd, limits: Limits, env, connection, judged: bool = False
             timed_out = timed_out or status == "timed out"
             send(connection, ["end", index, outputs, shell.execution_count - 1, status])
             if judged and cell.get("grade_id"):
-                answer_referee(connection, shell, limits)
+                connection.recv_bytes()  # ["continue"]
         send(connection, ["done"])
         connection.close()
     except BaseException as error:  # a bug here, not in the student's code: say so
@@ -82,31 +82,6 @@ def child_main(cells, cwd, limits: Limits, env, connection, judged: bool = False
             pass
     finally:
         os._exit(0)
-
-
-def answer_referee(connection, shell, limits: Limits) -> None:
-    """Answer the referee's questions about this notebook's Functions until told to go on."""
-    from autograder.grading.running import answer
-
-    while True:
-        message = json.loads(connection.recv_bytes())
-        if message[0] != "ask":
-            return
-        limit, replies = message[2], []
-        for request in message[1]:
-            if replies and str(replies[-1].get("error")).startswith("TimeoutError"):
-                replies.append({"error": "TimeoutError: an earlier check of this cell ran out of time"})
-                continue
-            signal.setitimer(signal.ITIMER_REAL, limit)
-            try:
-                replies.append(answer.answer(request, shell.user_ns))
-            except CellTimeout:
-                replies.append({"error": f"TimeoutError: timed out after {limit:g} s"})
-            except BaseException as error:  # KeyboardInterrupt, SystemExit from student code: its error, as in a cell
-                replies.append({"error": f"{type(error).__name__}: {str(error)[:300]}"})
-            finally:
-                signal.setitimer(signal.ITIMER_REAL, 0)
-        send(connection, ["answer", replies])
 
 
 def hidden_test_lines(cells: list[dict]) -> list[str]:

@@ -19,11 +19,21 @@ class Limits:
 
     cell_timeout: float = 60.0
     after_timeout: float = 10.0
+    budget: float | None = None       # seconds for a whole notebook, wall-clock and CPU (None: BUDGET_CELLS cells' worth)
     memory: int | None = 4 * 1024**3
     output_chars: int = 100_000
     threads: int = 1
     sandbox: str = "auto"             # namespaces | landlock | off | auto (the strongest available)
     hidden: tuple[str, ...] = ()      # folders the notebook must not see (the course's), see sandbox.Policy
+
+
+BUDGET_CELLS = 10  # the default budget of a notebook: this many times the cell time limit
+
+
+def notebook_budget(limits: Limits) -> float:
+    """Seconds one notebook may take, all its cells and the grader's checks together, in wall-clock time and in
+    CPU time of all its processes: ``limits.budget``, else ``BUDGET_CELLS`` times the cell time limit."""
+    return limits.budget if limits.budget is not None else BUDGET_CELLS * limits.cell_timeout
 
 
 _available: str | None = None
@@ -61,10 +71,22 @@ def sandbox_mode(limits: Limits) -> str:
 
 
 def package_folder() -> str:
-    """The course's own package (``autograder/``): readable, never writable, inside the sandbox."""
+    """The course's own package (``autograder/``)."""
     import autograder
 
     return os.path.dirname(os.path.abspath(autograder.__file__))
+
+
+# What a notebook and the grader's processes import of the package: the checker and timing a notebook uses
+# (``autograder.student``) and the grader's own code that runs in the sandbox. Never the instructor's parts:
+# ``authoring/`` (07's and 02's answers in timed_functions.py), ``grading/demo/`` (a class's full-mark answers),
+# the gradebook's and the exports' code.
+PACKAGE_PARTS = ("__init__.py", "student", os.path.join("grading", "__init__.py"), os.path.join("grading", "running"))
+
+
+def package_parts() -> tuple[str, ...]:
+    """The paths of ``PACKAGE_PARTS``: shown read-only inside the sandbox, the rest of the package hidden."""
+    return tuple(os.path.join(package_folder(), part) for part in PACKAGE_PARTS)
 
 
 def isolate(cwd: str, limits: Limits, env: dict[str, str], keep_fd: int) -> None:
@@ -73,7 +95,7 @@ def isolate(cwd: str, limits: Limits, env: dict[str, str], keep_fd: int) -> None
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
     os.close(devnull)
-    policy = sandbox.Policy(sandbox_mode(limits), tuple(limits.hidden), (package_folder(),))
+    policy = sandbox.Policy(sandbox_mode(limits), tuple(limits.hidden) + (package_folder(),), package_parts())
     sandbox.enter(policy, cwd, keep_fd, env, limits.memory)
     if limits.memory is not None:
         import resource

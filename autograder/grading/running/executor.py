@@ -21,13 +21,17 @@ test cell's outputs, which the student's code can emit). Untrusted code is bound
   raised ``KeyboardInterrupt`` are errors in their cell, and the next cell runs;
 - after every cell the tamper guard (``autograder.grading.running.tamper``) restores ``torch.allclose``, the
   checker and the other functions tests rely on if student code replaced them, and says so in
-  the cell (status "tampering found").
+  the cell (status "tampering found");
+- the whole notebook, its cells and the referee's checks together, has a budget of wall-clock and
+  CPU time (``Limits.budget``: status "over budget"), and no process it started outlives it.
 
 Student code can reach whatever decides a verdict in its own process, so a referee process that
 runs no student code (``autograder.grading.running.referee``) decides the test cells
 (``execute(..., trusted=...)``): it plans every cell before the notebook starts, and a cell it
 decides reaches the student's process without its hidden tests; the cell passes only if its
-visible part passed there and the referee's checks agree.
+visible part passed there and the referee's checks agree. The referee's questions are answered by
+the notebook's examinee, a process that runs only the given cells and the student's answer cells
+(``autograder.grading.running.examinee``), never by the notebook's own process.
 
 Hidden tests stay hidden: a cell the referee decides never holds them where student code runs;
 in one it does not (no referee, or a check no judge covers), an error is reported as its last line
@@ -44,12 +48,16 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from autograder.grading.running import processes
+from autograder.grading.running.budget import Budget
 from autograder.grading.running.child import child_main
-from autograder.grading.running.confinement import Limits, confine
+from autograder.grading.running.confinement import Limits, confine, notebook_budget
 from autograder.grading.running.environment import kept
+from autograder.grading.running.examinee import Examinee, program
 from autograder.grading.running.protocol import Messages, ProtocolError, error_output, tell
 from autograder.grading.running.referee import HIDDEN_BEGIN, visible_source
 from autograder.grading.running.referee_process import RefereeProcess
+from autograder.grading.running.sandbox import UID_BASE
 
 
 @dataclass(frozen=True)
@@ -68,7 +76,7 @@ class Execution:
 
     outputs: dict[int, list[dict]] = field(default_factory=dict)
     execution_counts: dict[int, int] = field(default_factory=dict)
-    status: str = "graded"          # graded | timed out | ran out of memory | kernel died | tampering found
+    status: str = "graded"          # graded | timed out | ran out of memory | kernel died | tampering found | over budget
     cell: int | None = None         # index of the cell where that happened
     detail: str = ""                # what happened there, in a few words
     seconds: float = 0.0
@@ -89,7 +97,7 @@ def _context():
     # sandbox too: its libseccomp lookup (pyseccomp, ~6 ms) is then paid once, not by every notebook.
     context.set_forkserver_preload(["autograder.grading.running.warm", "autograder.grading.running.sandbox",
                                     "autograder.grading.running.referee", "autograder.grading.running.answer",
-                                    "autograder.grading.running.child",
+                                    "autograder.grading.running.child", "autograder.grading.running.examinee",
                                     "autograder.grading.running.referee_process"])
     from multiprocessing import forkserver
 
@@ -118,10 +126,16 @@ def execute(cells: list[dict], cwd: str, limits: Limits = Limits(),
     What the child sends is untrusted (student code runs there and can write to the pipe): it
     is read as bytes, parsed as JSON and checked (``Messages``), never unpickled.
 
-    With ``trusted`` (the instructor's cells, ``referee_cells``), a referee process
+    With ``trusted`` (the instructor's cells, ``referee.trusted_cells``), a referee process
     (``autograder.grading.running.referee``) runs each test cell again after the student's process has,
-    and a test cell whose checks the referee finds wrong fails, whatever the student's process said.
-    Cells to judge carry their ``grade_id``.
+    its questions answered by the notebook's examinee (``autograder.grading.running.examinee``), and a
+    test cell whose checks the referee finds wrong fails, whatever the student's process said. Cells
+    carry what ``preparation.cells_to_run`` gives them: test cells their ``grade_id``, answer cells their
+    ``answer_id`` (what the examinee runs), cells their ``cell_id``.
+
+    The notebook (its cells and the referee's checks) has ``notebook_budget(limits)`` seconds of wall-clock
+    and of CPU time (``autograder.grading.running.budget``); past them it is stopped (``over budget``). When
+    it ends, every process it started is killed (``autograder.grading.running.processes``).
     """
     started = time.monotonic()
     if limits.sandbox == "auto":  # a Dask worker: its own machine decides
@@ -130,6 +144,7 @@ def execute(cells: list[dict], cwd: str, limits: Limits = Limits(),
     context = _context()
     receive, send = context.Pipe(duplex=True)
     judged = trusted is not None and any(c.get("grade_id") for c in cells)
+    examinee = Examinee(context, program(trusted, cells), limits, env or {}) if judged else None
     referee = RefereeProcess.for_notebook(context, trusted, limits) if judged else None
     decided = referee.decided_cells() if referee is not None else set()
     result.decided = {i for i, c in enumerate(cells) if c.get("grade_id") in decided}
@@ -138,8 +153,11 @@ def execute(cells: list[dict], cwd: str, limits: Limits = Limits(),
                             name="autograder-notebook", daemon=True)
     child.start()
     send.close()
+    child_started = processes.start_time(child.pid)
+    budget = Budget(notebook_budget(limits), notebook_budget(limits), [(child.pid, child_started)]
+                    + ([(examinee.process.pid, examinee.started)] if examinee else []))
     messages = Messages(cells, limits.output_chars)
-    running, cell_started, timed_out, done = None, time.monotonic(), False, False
+    running, cell_started, timed_out, done, where = None, time.monotonic(), False, False, None
     try:
         while True:
             limit = min(limits.after_timeout, limits.cell_timeout) if timed_out else limits.cell_timeout
@@ -159,7 +177,7 @@ def execute(cells: list[dict], cwd: str, limits: Limits = Limits(),
                     break
                 kind = message[0]
                 if kind == "start":
-                    running, cell_started = message[1], time.monotonic()
+                    running, cell_started, where = message[1], time.monotonic(), message[1]
                 elif kind == "end":
                     _, index, outputs, count, status = message
                     result.outputs[index], result.execution_counts[index] = outputs, count
@@ -174,15 +192,14 @@ def execute(cells: list[dict], cwd: str, limits: Limits = Limits(),
                         # student's code raised again (one message per cause: not done yet, an error, a timeout).
                         failed_here = any(o["output_type"] == "error" for o in outputs)
                         if not failed_here or index in result.decided:
-                            result.judged[index], failure = referee.judge(cells[index]["grade_id"], receive, child,
+                            result.judged[index], failure = referee.judge(cells[index]["grade_id"], examinee,
                                                                           failed_here)
                             if failure:
                                 _append(result, index, error_output("AssertionError", failure))
-                        if referee.child_gone:
-                            why = referee.child_gone
+                        if examinee.gone and result.status == "graded" and not budget.exceeded:
+                            # Its checks fail from here on; the notebook itself goes on.
+                            why = f"the process that runs your answers for the grader's checks stopped: {examinee.gone}"
                             result.status, result.cell, result.detail = "kernel died", index, why
-                            running = "killed"
-                            break
                         tell(receive, ["continue"])
                         cell_started = time.monotonic()
                 elif kind == "done":
@@ -209,16 +226,29 @@ def execute(cells: list[dict], cwd: str, limits: Limits = Limits(),
             elif not child.is_alive():
                 break
     finally:
+        budget.stop()
+        if examinee is not None:
+            examinee.stop()  # it ends while the notebook's process does
         if referee is not None:
             referee.done()
         child.join(1)
         if child.is_alive():
             child.terminate()
             child.join(1)
-        if child.is_alive():
-            child.kill()
-            child.join()
+        # Whatever it left running (detached, stopped, ignoring signals) dies with it.
+        processes.end_sandbox(child.pid, child_started, UID_BASE + child.pid if limits.sandbox == "namespaces" else None)
+        child.join()
+        if examinee is not None:
+            examinee.end()
         receive.close()
+    if budget.exceeded and not done:
+        index = running if isinstance(running, int) else where
+        why = f"{budget.exceeded} (cells and the grader's checks together)"
+        if index is not None:
+            _append(result, index, error_output("TimeoutError", f"over budget: {why}, so grading stopped this "
+                                                                 "notebook here"))
+        result.status, result.cell, result.detail = "over budget", index, why
+        running = "killed"
     if running not in (None, "killed"):
         # The process vanished in the middle of a cell.
         why = _death(child.exitcode)

@@ -18,7 +18,7 @@ JUDGES = ("check_function", "check_forward", "check_callable", "check_saved", "c
           "explain_known_mistakes", "explain_non_finite", "check_backward_size", "check_keeps_dtype", "check_device",
           "check_kernel")
 TRANSFORMS = ("vmap", "forward_ad", "double_backward", "compile", "mutates")  # judged from both sides' results
-ALLOWED = {"autograd_in_backward"}  # a permission the in-process check enforces; nothing for the referee to judge
+ALLOWED = {"autograd_in_backward"}  # a permission: backward may call autograd (gradient checkpointing)
 
 
 class StudentObject:
@@ -119,7 +119,7 @@ class Judges:
                 saved = [decode(t) for t in reply["saved"]]
                 attributes = [str(a) for a in reply["attributes"]][:20]
             except (KeyError, TypeError, ValueError) as error:
-                return _found(function.name, f"could not be checked: your notebook's process sent a malformed "
+                return _found(function.name, f"could not be checked: the grader's run of your answers sent a malformed "
                                              f"answer ({error})")
             if not all(isinstance(t, torch.Tensor) for t in saved):
                 return _found(function.name, "saved something that is not a tensor of a plain dtype")
@@ -246,6 +246,10 @@ class Judges:
                   for a, wanted in zip(args, grad)]
         request = {"target": function.name, "kind": kind, "args": [encode(a) for a in leaves], "grad": grad,
                    "inplace": bool(inplace), "upstream": None}
+        # check_function's default: backward derives the gradient, it does not hand the work back to autograd.
+        forbid = backward and kind == "apply" and not options.get("autograd_in_backward")
+        if forbid:
+            request["forbid_autograd"] = True
         with torch.enable_grad():
             expected = reference(*[a.clone() if w and inplace else a for a, w in zip(leaves, grad)])
         expected = tuple(expected) if isinstance(expected, (tuple, list)) else (expected,)
@@ -265,6 +269,8 @@ class Judges:
 
         def compare(reply) -> str | None:
             problem = self._compare(leaves, grad, expected, upstream, reply, rtol, atol, who)
+            if problem is None and forbid:
+                problem = _autograd_problem(reply)
             if problem is None and reply.get("upstream_modified") is True:
                 problem = ("backward changed grad_output in place: another branch of the graph that shares it then "
                            "gets a wrong gradient. Compute a new tensor (grad_output * mask), do not write into it")
@@ -276,7 +282,7 @@ class Judges:
                 if problem is not None:
                     break
                 if not isinstance(got, dict) or (got.get("error") is None and not isinstance(got.get("results"), list)):
-                    problem = f"could not be checked {name}: your notebook's process sent no answer"
+                    problem = f"could not be checked {name}: the grader's run of your answers sent no answer"
                 elif got.get("error") is not None:
                     from autograder.student.checker.messages import student_error
 
@@ -288,7 +294,7 @@ class Judges:
                     except (KeyError, TypeError, ValueError) as error:
                         problem = f"could not be checked {name}: a malformed answer ({error})"
             if problem is None and len(reply.get("transforms") or []) != len(transforms):  # (problem None: a dict)
-                problem = "could not be checked: your notebook's process sent the wrong number of results"
+                problem = "could not be checked: the grader's run of your answers sent the wrong number of results"
             if problem is None and uses:
                 from autograder.student.checker.callables import missing_functions, missing_message
 
@@ -314,7 +320,7 @@ class Judges:
         try:
             outputs = [decode(o) if isinstance(o, dict) and "other" not in o else o for o in reply["outputs"]]
         except (KeyError, TypeError, ValueError) as error:
-            return f"could not be checked: your notebook's process sent a malformed answer ({error})"
+            return f"could not be checked: the grader's run of your answers sent a malformed answer ({error})"
         if len(outputs) != len(expected):
             return f"{who[0]} returned {len(outputs)} outputs, the reference {len(expected)}"
         for k, (got, want) in enumerate(zip(outputs, expected)):
@@ -342,9 +348,9 @@ class Judges:
         try:
             grads = [decode(g) for g in reply["grads"]]
         except (KeyError, TypeError, ValueError) as error:
-            return f"could not be checked: your notebook's process sent malformed gradients ({error})"
+            return f"could not be checked: the grader's run of your answers sent malformed gradients ({error})"
         if len(grads) != len(leaves):
-            return "could not be checked: your notebook's process sent the wrong number of gradients"
+            return "could not be checked: the grader's run of your answers sent the wrong number of gradients"
         names = _input_names(reply, len(leaves))
         for i, (got, want) in enumerate(zip([g for g, w in zip(grads, grad) if w], right)):
             name = names[[j for j, w in enumerate(grad) if w][i]]
@@ -357,11 +363,21 @@ class Judges:
         return None
 
 
+
+def _autograd_problem(reply: dict) -> str | None:
+    """What the examinee saw of autograd while the Function's forward and backward ran, if anything."""
+    used = reply.get("autograd_in_backward", "no record of it came back")
+    if used is None:
+        return None
+    return (f"backward calls autograd ({str(used)[:200]}: torch.autograd.grad, .backward(), torch.func, "
+            f"Variable._execution_engine or forward-mode AD, here or in forward): derive the gradient instead")
+
+
 def _unanswered(reply) -> str | None:
     """Why ``reply`` holds no answer to judge (none came, or the student's code failed: said as the
     notebook says it, ``messages.student_error``), or None."""
     if not isinstance(reply, dict):
-        return "could not be checked: your notebook's process sent no answer"
+        return "could not be checked: the grader's run of your answers sent no answer"
     if reply.get("error") is not None:
         from autograder.student.checker.messages import student_error
 

@@ -186,13 +186,19 @@ def _last(cells: list[dict], names: list[str]) -> int | None:
 
 
 def cells_to_run(prepared: dict) -> list[dict]:
-    """What the executor runs, one dict per cell (code and markdown, so indexes match the notebook's):
-    type and text, and the grade id of each code test cell (the referee judges those)."""
+    """What the executor runs, one plain dict per cell (code and markdown, so indexes match the notebook's;
+    a Dask worker need not import nbformat): type and text; the grade id of each code test cell (the referee
+    judges those) as ``grade_id``, and of each code answer cell (the examinee runs those) as ``answer_id``;
+    the cell's id as ``cell_id``."""
     run = []
     for cell in prepared["cells"]:
-        entry = {"cell_type": cell["cell_type"], "source": text(cell)}
-        if cell["cell_type"] == "code" and is_test(cell):
+        entry = {"cell_type": str(cell["cell_type"]), "source": text(cell)}
+        if cell.get("id"):
+            entry["cell_id"] = str(cell["id"])
+        if cell["cell_type"] == "code" and is_test(cell) and grade_id(cell):
             entry["grade_id"] = grade_id(cell)
+        elif cell["cell_type"] == "code" and nbgrader_meta(cell).get("solution") and grade_id(cell):
+            entry["answer_id"] = grade_id(cell)
         run.append(entry)
     return run
 

@@ -12,16 +12,18 @@ tests and never executes a line the student wrote:
   A judge computes what is right itself, on the referee's own random inputs (seeded from
   ``os.urandom``, so a recorded answer is useless), and queues a request to the student's process
   as plain data ("apply F on these tensors, backward with these upstream gradients, send the
-  results back": ``autograder.grading.running.answer``);
+  results back"), answered by the examinee, a process that runs only the notebook's given cells and
+  the student's answer cells (``autograder.grading.running.examinee``, ``answer``);
 - a test cell whose hidden tests it runs entirely (judges, and asserts on its own values) is
   *decided* by the referee: the student's process gets that cell without its hidden tests, so no
-  code of the student's ever sees them; after running the visible part, it answers the referee's
-  requests, and the cell passes only if the visible part passed there and every judge agrees here;
+  code of the student's ever sees them; the cell passes only if its visible part passed there and
+  every judge agrees with the examinee's answers here;
 - a cell whose hidden tests need the student's objects in a way no judge covers runs whole in the
   student's process, as before, and ``grade`` counts its points as decided there.
 
-The student's process can still lie in its replies: a lie must match what the referee computes on
-inputs it cannot predict, which needs the answer (README and the book's Guarantees page).
+The examinee runs the student's answers, so what they compute is theirs; every fact it reports about
+them (what is saved, the graph, sizes, dtypes, whether backward called autograd) is measured there by
+the grader's own functions, bound before any answer ran (the book's Guarantees page).
 """
 
 from __future__ import annotations
@@ -74,8 +76,9 @@ class Plan:
 
 
 def trusted_cells(notebook: dict) -> dict:
-    """What the referee needs from the instructor's notebook (nbformat v4, as a dict): its given and
-    test code cells in order, and the names its solution cells define (the student's, in grading)."""
+    """What the referee and the examinee need from the instructor's notebook (nbformat v4, as a dict): its
+    given and test code cells in order, where each solution cell was (its grade id, cell id and the names
+    it defines, never its source), and the names the solution cells define (the student's, in grading)."""
     cells, solutions = [], []
     for cell in notebook["cells"]:
         if cell["cell_type"] != "code":
@@ -84,6 +87,8 @@ def trusted_cells(notebook: dict) -> dict:
         nbgrader = cell.get("metadata", {}).get("nbgrader", {})
         if nbgrader.get("solution"):
             solutions.append(source)
+            cells.append({"kind": "answer", "grade_id": nbgrader.get("grade_id"), "cell_id": cell.get("id"),
+                          "source": "", "names": solution_names([source])})
         elif nbgrader.get("grade"):
             cells.append({"kind": "test", "grade_id": nbgrader["grade_id"], "source": source})
         else:
@@ -114,12 +119,17 @@ def _statements(source: str) -> list[ast.stmt]:
     try:
         return ast.parse(source).body
     except SyntaxError:
-        from IPython.core.inputtransformer2 import TransformerManager
-
         try:
-            return ast.parse(TransformerManager().transform_cell(source)).body
+            return ast.parse(ipython_python(source)).body
         except SyntaxError:
             return []
+
+
+def ipython_python(source: str) -> str:
+    """A cell's source as IPython runs it: magics (``%timeit``, ``!ls``) become Python calls."""
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    return TransformerManager().transform_cell(source)
 
 
 def _stored_names(node: ast.AST) -> list[str]:
@@ -166,7 +176,7 @@ class Referee(Judges):
             for cell in self.cells:
                 if cell["kind"] == "given":
                     self._run(cell["source"], definitions_only=True)
-                else:
+                elif cell["kind"] == "test":
                     self.plans[cell["grade_id"]] = self._plan_test(cell["source"])
         return [grade_id for grade_id, plan in self.plans.items() if plan.decided]
 

@@ -18,12 +18,11 @@ _referees = threading.local()  # each grading thread's referee process, kept fro
 
 
 class RefereeProcess:
-    """The parent's side of the referee: starts it, and carries its questions to the student's process.
+    """The parent's side of the referee: starts it, and carries its questions to the examinee.
 
-    The referee asks (``["ask", request]``), the student's process answers (``["answer", reply]``),
-    and nothing else may come from the student's process meanwhile. A process that answers out of
-    turn, too late or not at all gets no more questions (``child_gone`` says why) and every check
-    it did not answer fails.
+    The referee asks (``["ask", requests]``), the notebook's examinee answers
+    (``autograder.grading.running.examinee.Examinee.ask``); an examinee that answers out of turn, too late
+    or not at all gets no more questions and every check it did not answer fails.
 
     One referee process serves a grading thread's notebooks one after the other (starting one per
     notebook cost ~25 ms, 10% of grading); each notebook gets a fresh ``Referee`` in it, and a
@@ -51,7 +50,6 @@ class RefereeProcess:
         referee = getattr(_referees, "referee", None)
         if referee is None or referee.broken or referee.limits != limits or not referee.process.is_alive():
             referee = _referees.referee = cls(context, limits)
-        referee.child_gone, referee.timed_out = "", False
         same = trusted == referee.sent
         referee.sent = trusted
         if not tell(referee.connection, ["notebook"] if same else ["notebook", trusted]):
@@ -74,12 +72,10 @@ class RefereeProcess:
             return set()
         return set(message[1])
 
-    def judge(self, grade_id: str, student, child, failed_there: bool = False) -> tuple[int, str | None]:
-        """Have the referee run test ``grade_id``: (how many checks it decided, its failure message or None);
-        ``failed_there``: the cell failed in the student's process (``Referee.judge_cell``).
-
-        Each check may take the cell time limit; once one has run out of time, the checks after it in
-        the same cell fail at once, and every later check may take ``after_timeout`` (as cells do)."""
+    def judge(self, grade_id: str, examinee, failed_there: bool = False) -> tuple[int, str | None]:
+        """Have the referee run test ``grade_id``, its questions answered by ``examinee``
+        (``autograder.grading.running.examinee.Examinee``): (how many checks it decided, its failure message or None).
+        ``failed_there``: the cell failed in the student's process (``Referee.judge_cell``)."""
         deadline = lambda: time.monotonic() + self.limits.cell_timeout + 60.0  # noqa: E731 (trusted: a bug, not an attack)
         if self.broken or not tell(self.connection, ["judge", grade_id, bool(failed_there)]):
             self.broken = True
@@ -97,28 +93,7 @@ class RefereeProcess:
             if message[0] != "ask":
                 self.broken = True
                 return 0, f"the grader's own check of this cell failed: {str(message[-1]).strip()[-300:]}"
-            tell(self.connection, ["answer", self._ask(message[1], student, child)])
-
-    def _ask(self, requests: list, student, child) -> list | None:
-        """The student's process's replies to the checks ``requests`` (one test cell's), or None."""
-        limits = self.limits
-        limit = min(limits.after_timeout, limits.cell_timeout) if self.timed_out else limits.cell_timeout
-        if self.child_gone or not tell(student, ["ask", requests, limit]):
-            self.child_gone = self.child_gone or "the notebook's process ended before the grader's checks"
-            return None
-        try:
-            reply = receive(student, child, time.monotonic() + limit * len(requests) + 5.0, self.ANSWER_BYTES)
-        except (EOFError, ProtocolError) as error:
-            child.kill()
-            self.child_gone = f"the notebook's process did not answer the grader's check ({error or 'it ended'})"
-            return None
-        if not (isinstance(reply, list) and len(reply) == 2 and reply[0] == "answer" and isinstance(reply[1], list)):
-            child.kill()
-            self.child_gone = "the notebook's process sent the grader an invalid message (not an answer)"
-            return None
-        self.timed_out = self.timed_out or any(isinstance(r, dict) and str(r.get("error")).startswith("TimeoutError")
-                                               for r in reply[1])
-        return reply[1]
+            tell(self.connection, ["answer", examinee.ask(message[1])])
 
     def done(self) -> None:
         """The notebook is over: a referee left in the middle of a cell, or failed, is not used again."""

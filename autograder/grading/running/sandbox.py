@@ -8,7 +8,9 @@ and IPC namespaces and forks the notebook as PID 1 of its pid namespace, so ever
 notebook starts dies with it. In its mount namespace the whole file system is read-only; the
 instructor's home, ``/home``, ``/tmp``, ``/run`` and the course folder (``solutions/``, the
 gradebook, ``grading/`` with every other student's files, the git history) are covered by empty
-file systems; only the Python installation and the course's package are shown again, read-only.
+file systems; only the Python installation and the parts of the course's package that notebooks and the
+grader's sandboxed processes import (``confinement.PACKAGE_PARTS``: never ``authoring/`` or the demo
+class) are shown again, read-only.
 The notebook's working folder, ``/tmp`` and ``/dev/shm`` are folders of one private tmpfs, whose
 size cap (``SCRATCH_SIZE``) bounds all the RAM its files can take. ``/proc``
 shows only the notebook's own processes. The network namespace has no interface but a down
@@ -31,7 +33,10 @@ system; ``socketpair`` stays) and ``io_uring_setup`` (io_uring opens sockets wit
 ``socket(2)``): no network even without a network namespace.
 
 In every mode the environment is reduced to a few harmless variables (no ``AUTOGRADER_DB_URL``,
-no tokens) and inherited file descriptors other than the result pipe are closed.
+no tokens) and inherited file descriptors other than the result pipe are closed. Every process the
+grader's warm process forks gets a parent-death signal, set again after each change of uid (which
+clears it), so no sandbox outlives ``grade``, even when ``grade`` is killed; after each notebook the
+grader also kills whatever is left of it (``autograder.grading.running.processes``).
 """
 
 from __future__ import annotations
@@ -40,9 +45,12 @@ import ctypes
 import errno
 import os
 import resource
+import select
 import signal
 import sys
 from dataclasses import dataclass
+
+from autograder.grading.running import lifetime
 
 try:
     import pyseccomp as seccomp
@@ -66,7 +74,7 @@ CLONE_NEWPID, CLONE_NEWNET = 0x20000000, 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY = -100, 0x8000, 1
-PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 1, 4, 24, 36, 38
+PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 4, 24, 38
 # Syscall numbers from 424 on are the same on every architecture.
 SYS_MOUNT_SETATTR, SYS_LANDLOCK_CREATE, SYS_LANDLOCK_ADD_RULE, SYS_LANDLOCK_RESTRICT = 442, 444, 445, 446
 SYS_CAPSET = {"x86_64": 126, "aarch64": 91}.get(os.uname().machine)
@@ -85,8 +93,8 @@ class Policy:
     """What a sandbox hides and allows: ``mode`` and the folders no student may see (the course's)."""
 
     mode: str = "off"
-    hidden: tuple[str, ...] = ()    # e.g. the course root: solutions/, grading/, .git
-    shown: tuple[str, ...] = ()     # folders shown again read-only inside hidden ones (the package)
+    hidden: tuple[str, ...] = ()    # e.g. the course root: solutions/, grading/, .git; the package folder
+    shown: tuple[str, ...] = ()     # folders and files shown again read-only inside hidden ones (parts of the package)
 
 
 def _check(result: int, what: str) -> int:
@@ -192,16 +200,17 @@ def enter(policy: Policy, cwd: str, keep_fd: int, env: dict[str, str], memory: i
     the sandbox cannot be made.
     """
     os.chdir(cwd)
+    lifetime.die_with_parent(signal.SIGTERM if policy.mode == "landlock" else signal.SIGKILL)
     tmp = "/tmp"
     if policy.mode == "namespaces":
-        _enter_namespaces(policy, cwd, keep_fd)
+        _enter_namespaces(policy, cwd)
     elif policy.mode == "landlock":
-        _fork_under_reaper(keep_fd)
+        lifetime.fork_under_reaper()
         tmp = _enter_landlock(policy, cwd)
     _clean_environment(env, cwd, tmp)
     if policy.mode != "off":
         _limit(memory)
-        _close_fds(keep_fd)
+        lifetime.close_fds(keep_fd)
         _deny_sockets()
 
 
@@ -228,22 +237,19 @@ def _limit(memory: int | None) -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
-def _close_fds(keep_fd: int) -> None:
-    """Close every inherited descriptor but stdin/out/err and the result pipe."""
-    os.closerange(3, keep_fd)
-    os.closerange(keep_fd + 1, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
-
-
-def _enter_namespaces(policy: Policy, cwd: str, keep_fd: int) -> None:
+def _enter_namespaces(policy: Policy, cwd: str) -> None:
     if os.geteuid() != 0:
         raise SandboxError("namespaces mode needs the grading process to run as root (use landlock)")
     sandbox_pid = os.getpid()
     unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC)
+    outer_alive, outer_holds = os.pipe()
     pid = os.fork()
     if pid:
-        _wait_and_end_like(pid, keep_fd)
+        os.close(outer_alive)
+        lifetime.wait_and_end_like(pid, keep=outer_holds)
+    os.close(outer_holds)
     # PID 1 of the new pid namespace: when it ends, the kernel kills every process it started.
-    _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "pdeathsig")
+    lifetime.parent_death_signal(signal.SIGKILL)
     uid = UID_BASE + sandbox_pid
     files = _read_folder(cwd)
     _build_file_system(policy, cwd, uid)
@@ -266,25 +272,12 @@ def _enter_namespaces(policy: Policy, cwd: str, keep_fd: int) -> None:
             f.write(line)
     drop_capabilities()
     no_new_privs()
-
-
-def _wait_and_end_like(pid: int, keep_fd: int, reap: bool = False) -> None:
-    """The outer process: wait for the notebook (PID 1 inside), kill what it left if ``reap``, then end as it ended."""
-    os.close(keep_fd)  # the coordinator sees the pipe close when the notebook ends, not later
-    while True:
-        try:
-            _, status = os.waitpid(pid, 0)
-            break
-        except InterruptedError:
-            continue
-    if reap:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the notebook is gone: its pid may be anyone's now
-        _kill_leftovers()
-    if os.WIFSIGNALED(status):
-        number = os.WTERMSIG(status)
-        signal.signal(number, signal.SIG_DFL) if number not in (signal.SIGKILL, signal.SIGSTOP) else None
-        os.kill(os.getpid(), number)
-    os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1)
+    # Changing the uid cleared the parent-death signal (prctl(2)): set it again, now that the credentials are
+    # final, and end if the outer process ended meanwhile (its end of the pipe then reads as closed).
+    lifetime.parent_death_signal(signal.SIGKILL)
+    if select.select([outer_alive], [], [], 0)[0]:
+        os._exit(1)
+    os.close(outer_alive)
 
 
 def _read_folder(cwd: str, limit: int = 256 * 1024**2) -> dict[str, bytes]:
@@ -317,6 +310,14 @@ def _python_folders() -> list[str]:
     return sorted({os.path.realpath(f) for f in folders if os.path.isdir(f)})
 
 
+def _hidden_outside_python(policy: Policy) -> list[str]:
+    """The policy's hidden folders that are not inside the Python installation: a Python folder holding one
+    of these (a course root inside a virtual environment) is not shown; the package installed into
+    site-packages is hidden there on its own."""
+    python = _python_folders()
+    return [h for h in map(os.path.realpath, policy.hidden) if not any(_under(h, p) for p in python)]
+
+
 def _under(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip("/") + "/")
 
@@ -326,11 +327,13 @@ def _build_file_system(policy: Policy, cwd: str, uid: int) -> None:
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
     hidden = [os.path.realpath(p) for p in list(HIDDEN_ROOTS) + list(policy.hidden) if os.path.isdir(p)]
     # A folder that holds a hidden one (the editable install's course root) is not shown again.
-    shown = [p for p in _python_folders() + [os.path.realpath(s) for s in policy.shown if os.path.isdir(s)]
-             if any(_under(p, h) for h in hidden) and not any(_under(h, p) for h in policy.hidden)]
+    course = _hidden_outside_python(policy)
+    shown = [p for p in _python_folders() + [os.path.realpath(s) for s in policy.shown if os.path.exists(s)]
+             if any(_under(p, h) for h in hidden) and not any(_under(h, p) for h in course)]
     shown = [p for p in shown if not any(_under(p, q) and p != q for q in shown)]
-    # Descriptors of what is shown again, taken before anything covers it.
-    handles = {path: os.open(path, os.O_PATH | os.O_DIRECTORY) for path in shown}
+    # Descriptors of what is shown again (folders, and single files such as autograder/__init__.py), taken
+    # before anything covers it.
+    handles = {path: os.open(path, os.O_PATH) for path in shown}
     covered: list[str] = []
     for path in sorted(set(hidden), key=len):
         if any(_under(path, c) for c in covered):
@@ -339,7 +342,11 @@ def _build_file_system(policy: Policy, cwd: str, uid: int) -> None:
                f"size={SCRATCH_SIZE},mode=1777" if path == "/tmp" else "size=1m,mode=755")
         covered.append(path)
     for path, fd in sorted(handles.items()):
-        os.makedirs(path, exist_ok=True)
+        if os.path.isdir(f"/proc/self/fd/{fd}"):
+            os.makedirs(path, exist_ok=True)
+        else:  # a file is mounted on an empty file
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            open(path, "a").close()
         _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
         os.close(fd)
     # The working folder and /dev/shm are folders of /tmp's tmpfs: one size cap for all three.
@@ -378,61 +385,7 @@ def _deny_sockets() -> None:
 
 
 # ----------------------------------------------------------------------------------------
-# Landlock: no namespaces, but a file system allow-list, no TCP, no signals out
-
-
-def _fork_under_reaper(keep_fd: int) -> None:
-    """Fork the notebook under this process, its subreaper; return in the notebook's process.
-
-    Without a pid namespace a process the notebook detaches (``setsid``, double fork) would be
-    adopted by init and outlive it. A subreaper adopts them instead; this process waits for the
-    notebook, kills whatever is left, and ends as the notebook ended. SIGTERM (how the grader
-    stops a notebook) kills the notebook first, so the same clean-up runs. It forks before
-    Landlock applies, so the notebook cannot signal it.
-    """
-    _check(_libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), "subreaper")
-    reaper = os.getpid()
-    pid = os.fork()
-    if pid == 0:
-        _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "pdeathsig")
-        if os.getppid() != reaper:  # the reaper died before the line above
-            os._exit(1)
-        return
-    signal.signal(signal.SIGTERM, lambda *_: os.kill(pid, signal.SIGKILL))
-    _wait_and_end_like(pid, keep_fd, reap=True)
-
-
-def _kill_leftovers() -> None:
-    """Kill this subreaper's children (what the notebook left running, adopted) until it has none."""
-    me = str(os.getpid())
-    while True:
-        try:
-            if os.waitpid(-1, os.WNOHANG)[0]:
-                continue
-        except ChildProcessError:
-            return  # the usual case: nothing left
-        for child in _children_of(me):
-            try:
-                os.kill(child, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        try:
-            os.waitpid(-1, 0)
-        except (ChildProcessError, InterruptedError):
-            pass
-
-
-def _children_of(pid: str) -> list[int]:
-    children = []
-    for entry in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{entry}/stat") as stat:
-                fields = stat.read().rpartition(")")[2].split()
-        except (OSError, ValueError):
-            continue
-        if fields[1] == pid:
-            children.append(int(entry))
-    return children
+# Landlock: no namespaces, but a file system allow-list, no TCP, no signals out (and a subreaper: lifetime.py)
 
 
 LL_EXECUTE, LL_WRITE_FILE, LL_READ_FILE, LL_READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
@@ -466,8 +419,11 @@ def _enter_landlock(policy: Policy, cwd: str) -> str:
     size = ctypes.sizeof(_Ruleset) if abi >= 6 else 16
     fd = _check(_libc.syscall(SYS_LANDLOCK_CREATE, ctypes.byref(ruleset), size, 0), "landlock ruleset")
     try:
+        # Landlock cannot take a folder back out of a readable one: a hidden folder inside the Python
+        # installation (the package installed into site-packages, not editable) stays readable.
+        hidden = _hidden_outside_python(policy)
         readable = [p for p in READABLE_SYSTEM + _python_folders() + list(policy.shown)
-                    if os.path.isdir(p) and not any(_under(h, os.path.realpath(p)) for h in policy.hidden)]
+                    if os.path.exists(p) and not any(_under(h, os.path.realpath(p)) for h in hidden)]
         rules = [(p, READ_ONLY) for p in readable]
         rules += [(cwd, handled & ~LL_IOCTL_DEV), ("/dev/null", LL_READ_FILE | LL_WRITE_FILE | LL_TRUNCATE)]
         for path, access in rules:

@@ -14,8 +14,12 @@ Names the tests use in the notebook's namespace are watched too: rebinding ``tor
 ``check_function`` to something else, or defining a function called ``isinstance`` (or another
 builtin the tests check with), counts as tampering and is undone.
 
+The grader's own modules that answer the referee's questions (``answer``, ``wire``, ``examinee``, ...) are
+watched the same way: replacing ``answer.answer`` or its ``__code__`` is found and undone.
+
 The grader (``autograder.grading.running.warm``) and every kernel nbgrader starts (``autograder.grading.running.kernel``)
-install a guard before the first cell. It is a defence against the obvious tricks, not a
+install a guard before the first cell; the examinee checks after every answer cell and every batch of
+the referee's questions. It is a defence against the obvious tricks, not a
 sandbox: code that replaces a function and puts it back within one cell, or that goes looking
 for the grader's own objects, is not caught here. In ``grade``, the referee
 (``autograder.grading.running.referee``) decides the tests' value checks where student code cannot reach.
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import builtins
 import importlib
+import importlib.util
 import pkgutil
 import types
 
@@ -32,12 +37,19 @@ import types
 _CHECKER = importlib.import_module("autograder.student.checker")
 CHECKER_MODULES = [_CHECKER.__name__] + [f"{_CHECKER.__name__}.{m.name}"
                                          for m in pkgutil.iter_modules(_CHECKER.__path__)]
+# The grader's own modules that answer the referee in the examinee (autograder.grading.running.examinee).
+GRADER_MODULES = [name for name in ("autograder.grading.running.answer", "autograder.grading.running.autograd_use",
+                                     "autograder.grading.running.wire", "autograder.grading.running.examinee",
+                                     "autograder.grading.running.protocol")
+                  if importlib.util.find_spec(name) is not None]  # (a student edition may ship fewer)
 # Modules whose attributes tests and the checker look up when they run.
 MODULES = ["torch", "torch.autograd", "torch.autograd.gradcheck", "torch.autograd.function",
-           "torch.autograd.forward_ad", "torch.func", "torch.testing", "torch.testing._comparison",
-           "autograder", *CHECKER_MODULES]
+           "torch.autograd.forward_ad", "torch.autograd.graph", "torch.func",
+           "torch.testing", "torch.testing._comparison", "json", "base64", "autograder", *CHECKER_MODULES,
+           *GRADER_MODULES]
 # Classes whose methods tests call; new attributes count too (they override inherited ones).
-CLASSES = ["torch.Tensor", "torch.autograd.Function", "torch.autograd.function.FunctionCtx", "torch.nn.Module"]
+CLASSES = ["torch.Tensor", "torch.autograd.Function", "torch.autograd.function.FunctionCtx", "torch.nn.Module",
+           "torch.autograd.function.BackwardCFunction", "torch.autograd.profiler.profile"]
 # Changed by torch itself: torch.compile (torch._dynamo) wraps torch.manual_seed and nn.Module.__init__.
 CHANGED_BY_TORCH = {("torch", "manual_seed"), ("torch.nn.Module", "__init__"), ("torch.nn.Module", "__setstate__"),
                     ("torch.nn.Module", "___needs_generation_tag_patch")}

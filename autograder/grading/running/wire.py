@@ -23,6 +23,8 @@ def encode(value):
     import torch
 
     if isinstance(value, torch.Tensor):
+        if type(value) not in (torch.Tensor, torch.nn.Parameter):  # a subclass runs its own code in .detach()
+            return {"other": f"a {type(value).__name__} (a tensor subclass)"}
         tensor = value.detach().cpu().contiguous()
         dtype = str(tensor.dtype).removeprefix("torch.")
         if dtype not in DTYPES or tensor.numel() > MAX_ELEMENTS or tensor.is_sparse or tensor.is_quantized:

@@ -1,0 +1,303 @@
+"""The examinee: the process that answers the referee's questions about a student's answers.
+
+The referee (``autograder.grading.running.referee``) runs no student code: it asks questions as plain
+data ("apply Cube to these tensors, backward with these gradients", "record what Cube saves") and
+judges the replies itself. The notebook's own process runs every cell the student wrote (hooks,
+scratch cells, code that reaches the grader's objects), so it does not answer. The examinee does: a
+process of its own for each notebook, forked from the warm process like the notebook and sandboxed
+the same way (with a uid of its own), that runs only
+
+- the instructor's given cells (from ``solutions/``), their definitions only, as the referee runs
+  them, and the definitions of the visible part of its test cells (the harnesses ``check_with`` runs);
+- the student's answer cells (the submission's cells that match the source's solution cells by nbgrader
+  grade id, else by cell id), each only if the scan finds nothing it refuses (``scan``),
+
+in notebook order, and then answers (``answer``). The student's other cells never run here. The
+answering code, the checker functions and the torch functions they use were bound when the warm
+process imported them, before any student code ran; after every cell and every batch of questions the
+tamper guard (``tamper``, which watches these modules too) looks for anything replaced, puts it back,
+and from then on every reply fails with "tampering found". The given cells run in a namespace of their
+own as well, into which only the names the solution defines are copied from the answers: a harness
+runs with the instructor's helpers, whatever the answers define.
+
+An answer that needs something defined outside the answer cells (a helper in a scratch cell) fails
+here with a message saying that the grader runs only the answer cells.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+import types
+
+from autograder.grading.running import processes, scan
+from autograder.grading.running.child import CellTimeout
+from autograder.grading.running.confinement import Limits, isolate
+from autograder.grading.running.protocol import ProtocolError, receive, send, tell
+from autograder.grading.running.referee import _is_definition, _statements, ipython_python, visible_source
+from autograder.grading.running.sandbox import UID_BASE
+
+ONLY_ANSWER_CELLS = ("the grader runs only the notebook's given cells and your answer cells, in order, so "
+                     "whatever an answer uses must be defined in its answer cell")
+ANSWER_BYTES = 64 * 1024**2
+
+
+# ----------------------------------------------------------------------------------------
+# Grader's side
+
+
+def program(trusted: dict, cells: list[dict]) -> list[dict]:
+    """What the examinee runs, in the instructor's notebook order: the given cells and the visible part of
+    the test cells (definitions only), and for each solution cell the student's answer, the reason it is
+    not run (refused by the scan, or missing), and the names the solution defines."""
+    def text(cell: dict) -> str:
+        source = cell.get("source", "")
+        return "".join(source) if isinstance(source, list) else source
+
+    code = [c for c in cells if c.get("cell_type") == "code" and not c.get("grade_id")]
+    by_answer = {c["answer_id"]: text(c) for c in code if c.get("answer_id")}
+    by_cell_id = {c["cell_id"]: text(c) for c in code if c.get("cell_id")}
+    steps = []
+    for cell in trusted["cells"]:
+        if cell["kind"] == "given":
+            steps.append({"kind": "given", "source": cell["source"]})
+        elif cell["kind"] == "test":
+            steps.append({"kind": "test", "source": visible_source(cell["source"])})
+        else:
+            grade_id = cell["grade_id"]
+            source = by_answer.get(grade_id, by_cell_id.get(cell.get("cell_id") or grade_id))
+            why = None
+            if source is None:
+                why = f"your notebook has no answer cell '{grade_id}' (the grader finds it by its nbgrader id)"
+            elif scan.problems(source):
+                why = scan.refusal(grade_id, scan.problems(source))
+            steps.append({"kind": "answer", "grade_id": grade_id, "names": cell["names"],
+                          "source": None if why else source, "why": why})
+    return steps
+
+
+class Examinee:
+    """The grader's side of one notebook's examinee: start it, ask it a test cell's questions, end it.
+
+    A question is answered within the cell time limit (each check of a batch); once one has run out of
+    time, later checks get ``after_timeout``, as cells do. An examinee that answers out of turn, late or
+    not at all is ended and gets no more questions (``gone`` says why): every check it did not answer fails.
+    """
+
+    def __init__(self, context, steps: list[dict], limits: Limits, env: dict[str, str]) -> None:
+        self.limits, self.gone, self.timed_out, self.ready = limits, "", False, False
+        self.answer_cells = sum(step["kind"] == "answer" for step in steps)
+        self.folder = tempfile.mkdtemp(prefix="autograder-examinee-")
+        self.connection, their_end = context.Pipe(duplex=True)
+        self.process = context.Process(target=examinee_main, args=(steps, self.folder, limits, env, their_end),
+                                       name="autograder-examinee", daemon=True)
+        self.process.start()
+        their_end.close()
+        self.started = processes.start_time(self.process.pid)
+
+    def ask(self, requests: list) -> list | None:
+        """The examinee's replies to one test cell's checks ``requests``, or None (then ``gone`` says why)."""
+        limits = self.limits
+        limit = min(limits.after_timeout, limits.cell_timeout) if self.timed_out else limits.cell_timeout
+        if not self.gone and not self.ready:
+            # Before its first answer it runs the given and answer cells, each within the cell time limit.
+            self.ready = self._receive(limits.cell_timeout * (self.answer_cells + 1) + 30.0) == ["ready"]
+            if not self.ready:
+                self._end_early(self.gone or "it did not get ready to answer")
+        if self.gone or not tell(self.connection, ["ask", requests, limit]):
+            self._end_early(self.gone or "it ended before the grader's checks")
+            return None
+        reply = self._receive(limit * len(requests) + 5.0)
+        if not (isinstance(reply, list) and len(reply) == 2 and reply[0] == "answer" and isinstance(reply[1], list)):
+            self._end_early(self.gone or "it sent the grader an invalid message (not an answer)")
+            return None
+        self.timed_out = self.timed_out or any(isinstance(r, dict) and str(r.get("error")).startswith("TimeoutError")
+                                               for r in reply[1])
+        return reply[1]
+
+    def _receive(self, seconds: float):
+        try:
+            return receive(self.connection, self.process, time.monotonic() + seconds, ANSWER_BYTES)
+        except (EOFError, ProtocolError) as error:
+            self.gone = f"it did not answer ({str(error) or 'it ended'})"
+            return None
+
+    def _end_early(self, why: str) -> None:
+        self.gone = why
+        self.process.kill()
+
+    def stop(self) -> None:
+        """Tell it to end (it ends meanwhile; ``end`` waits for that)."""
+        tell(self.connection, ["stop"])
+
+    def end(self) -> list[int]:
+        """End it and everything it started; return the pids still running after that (none, normally)."""
+        self.stop()
+        self.process.join(1)
+        uid = UID_BASE + self.process.pid if self.limits.sandbox == "namespaces" else None
+        left = processes.end_sandbox(self.process.pid, self.started, uid)
+        self.process.join()
+        self.connection.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
+        return left
+
+
+# ----------------------------------------------------------------------------------------
+# The examinee's process
+
+
+def examinee_main(steps: list[dict], folder: str, limits: Limits, env: dict[str, str], connection) -> None:
+    """Run the given and answer cells, say ``["ready"]``, then answer each ``["ask", requests, limit]`` with
+    ``["answer", replies]`` until told anything else."""
+    try:
+        isolate(folder, limits, env, connection.fileno())
+        # No import may come from the working folder, where an answer can write files.
+        sys.path[:] = [p for p in sys.path if p and os.path.isabs(p) and not p.startswith(folder)]
+        from autograder.grading.running import warm
+
+        signal.signal(signal.SIGALRM, _on_alarm)
+        answers = Answers(steps, limits.cell_timeout, warm.GENUINE)
+        send(connection, ["ready"])
+        while True:
+            message = json.loads(connection.recv_bytes())
+            if message[0] != "ask":
+                break
+            send(connection, ["answer", answers.reply(message[1], float(message[2]))])
+    except EOFError:
+        pass
+    except BaseException as error:  # a bug in the grader: the parent fails the checks and says so
+        import traceback
+
+        try:
+            send(connection, ["crash", "".join(traceback.format_exception(error))])
+        except Exception:
+            pass
+    finally:
+        os._exit(0)
+
+
+def _on_alarm(signum, frame):
+    signal.setitimer(signal.ITIMER_REAL, 1.0)  # keep interrupting if it is swallowed
+    raise CellTimeout()
+
+
+class Answers:
+    """The given and answer cells, run in order; the replies to the referee's requests about them."""
+
+    def __init__(self, steps: list[dict], limit: float, guard) -> None:
+        # The answering code, bound before any answer runs (here, not on import: the grader's own process
+        # imports this module and must not import torch).
+        from autograder.grading.running.answer import answer
+
+        self._answer = answer
+        self.given, self.answers = _namespace("autograder_examinee_given"), _namespace("autograder_examinee_answers")
+        self.missing: dict[str, str] = {}  # a name the solution defines -> why the answers do not define it
+        self.guard, self.tampered = guard, []
+        guard.user_ns = self.answers
+        for step in steps:
+            if step["kind"] == "given":
+                for namespace in (self.given, self.answers):
+                    _run_definitions(step["source"], namespace, limit)
+            elif step["kind"] == "test":
+                _run_definitions(step["source"], self.given, limit)
+            else:
+                self._check()  # (records the names the given cells bound, before the answer runs)
+                self._run_answer(step, limit)
+                self._check()
+
+    def _run_answer(self, step: dict, limit: float) -> None:
+        why = step["why"]
+        if why is None:
+            try:
+                signal.setitimer(signal.ITIMER_REAL, limit)
+                exec(_compiled(step["source"], f"<answer {step['grade_id']}>"), self.answers)
+            except CellTimeout:
+                why = f"your answer cell '{step['grade_id']}' ran past the {limit:g} s limit when the grader ran it"
+            except BaseException as error:  # noqa: BLE001 (its error is the student's, said in each check)
+                why = (f"your answer cell '{step['grade_id']}' failed when the grader ran it: "
+                       f"{type(error).__name__}: {str(error)[:300]}" + _hint(error))
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+        for name in step["names"]:
+            if name in self.answers:  # (also when its cell failed after defining it, as in the notebook)
+                self.given[name] = self.answers[name]
+            else:
+                self.missing[name] = why or f"your answer cell '{step['grade_id']}' does not define {name}"
+
+    def _check(self) -> None:
+        """The tamper guard: anything replaced is put back, and said in every reply from now on."""
+        self.tampered += [name for name in self.guard.check() if name not in self.tampered]
+
+    def reply(self, requests: list, limit: float) -> list[dict]:
+        """The replies to one test cell's requests, each within ``limit`` seconds."""
+        replies = []
+        for request in requests:
+            if replies and str(replies[-1].get("error")).startswith("TimeoutError"):
+                replies.append({"error": "TimeoutError: an earlier check of this cell ran out of time"})
+                continue
+            target = request.get("target") if isinstance(request, dict) else None
+            if target in self.missing and target not in self.answers:
+                replies.append({"error": self.missing[target]})
+                continue
+            signal.setitimer(signal.ITIMER_REAL, limit)
+            try:
+                reply = self._answer(request, self.answers, self.given)
+            except CellTimeout:
+                reply = {"error": f"TimeoutError: timed out after {limit:g} s"}
+            except BaseException as error:  # KeyboardInterrupt, SystemExit from student code: its error, as in a cell
+                reply = {"error": f"{type(error).__name__}: {str(error)[:300]}"}
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+            if str(reply.get("error")).startswith("NameError") and target not in self.missing:
+                reply["error"] += f" ({ONLY_ANSWER_CELLS})"
+            replies.append(reply)
+        self._check()
+        if self.tampered:
+            shown = ", ".join(self.tampered[:5]) + (f" and {len(self.tampered) - 5} more" if len(self.tampered) > 5 else "")
+            replies = [{"error": f"tampering found: {shown} {'was' if len(self.tampered) == 1 else 'were'} changed "
+                                 f"while the grader ran your answers (restored); no check of them counts"}] * len(replies)
+        return replies
+
+
+def _namespace(name: str) -> dict:
+    """A real module's globals: torch.compile looks a function's module up in sys.modules by name."""
+    module = types.ModuleType(name)
+    sys.modules[name] = module
+    module.__dict__["__builtins__"] = builtins
+    return module.__dict__
+
+
+def _compiled(source: str, filename: str):
+    """A cell's code; IPython's syntax (magics) as IPython turns it into Python; its own SyntaxError if neither."""
+    try:
+        return compile(source, filename, "exec")
+    except SyntaxError as error:
+        try:
+            return compile(ipython_python(source), filename, "exec")
+        except SyntaxError:
+            raise error from None
+
+
+def _run_definitions(source: str, namespace: dict, limit: float) -> None:
+    """The instructor's imports, functions, classes and simple names of a cell (as the referee runs them)."""
+    for statement in _statements(source):
+        if not _is_definition(statement):
+            continue
+        try:
+            signal.setitimer(signal.ITIMER_REAL, limit)
+            exec(compile(ast.Module([statement], []), "<given>", "exec"), namespace)
+        except BaseException:  # noqa: BLE001 (what fails here is missing later, and said where it is used)
+            pass
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+def _hint(error: BaseException) -> str:
+    return f" ({ONLY_ANSWER_CELLS})" if isinstance(error, NameError) else ""
