@@ -25,7 +25,8 @@ import json
 import re
 import shutil
 from pathlib import Path
-\nfrom autograder.course import is_dropping
+
+from autograder.course import is_dropping
 
 RESTORED_NOTE = "*The test below was missing from the submission; the grader put it back.*"
 MARKER_WORDS = "HIDDEN TESTS"  # the words of nbgrader's markers "### BEGIN/END HIDDEN TESTS"
