@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from autograder.course import Course
 from autograder.grading.running import scan
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,7 +34,8 @@ def notebooks() -> list[Path]:
 
 def test_no_solution_and_no_answer_of_the_demo_class_is_refused():
     paths = notebooks()
-    assert len([p for p in paths if "solutions" in p.parts]) == 9 and len(paths) == 9 + 8
+    assignments = len(Course(ROOT).assignments())  # every assignment's solutions, and the demo class's 8 readable
+    assert len([p for p in paths if "solutions" in p.parts]) == assignments and len(paths) == assignments + 8
     refused = {(p.parent.name, grade_id): scan.problems(source)
                for p in paths for grade_id, source in answer_cells(p).items() if scan.problems(source)}
     assert refused == {}
@@ -45,6 +47,9 @@ def test_no_solution_and_no_answer_of_the_demo_class_is_refused():
     ("import torch\nimport autograder.grading.running.answer as a", "line 2: importing `autograder.grading.running.answer`"),
     ("from torch._C import _EngineBase", "line 1: importing `torch._C`"),
     ("y = eval('1')", "line 1: `eval`"),
+    ("m = torch.load('model.pt')", "line 1: `load`"),
+    ("tl = torch\nm = tl.load('model.pt')", "line 2: `load`"),
+    ("import numpy as np\na = np.load('a.npy', allow_pickle=True)", "line 2: `load`"),
     ("import sys\nsys.exit()", "line 2: `sys` (other than sys.stdout and sys.stderr)"),
     ("g = globals()", "line 1: `globals`"),
     ("e = getattr(torch.autograd.Variable, '_execution' + '_engine')", "line 1: `getattr` with an attribute name"),
@@ -107,6 +112,13 @@ class Cube(torch.autograd.Function):
         return grad_output * 3 * x ** 2
 
 Cube.__name__
+
+@triton.jit
+def double_kernel(x_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offsets, mask=offsets < n)
+    y = triton.language.load(x_ptr + offsets, mask=offsets < n)
+    tl.store(x_ptr + offsets, x + y, mask=offsets < n)
 '''
     assert scan.problems(source) == []
 
