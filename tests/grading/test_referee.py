@@ -481,3 +481,29 @@ def test_grade_counts_the_points_decided_in_the_students_process():
     rows = [Row("a", "01", 5, total, points_in_process=left), Row("b", "01", 0, total, "missing")]
     assert decided_by_whom(rows).startswith(f"{left:g} of {total:g} points decided in the student's process")
     assert decided_by_whom([Row("a", "01", 5, total)]).startswith("every test cell's points")
+
+
+KERNELS = NOTEBOOK.parents[2] / "solutions" / "10_triton_kernels" / "10_triton_kernels.ipynb"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("right, wrong, says", [
+    ('triton.cdiv(n_columns, meta["BLOCK_COLUMNS"])', 'n_columns // meta["BLOCK_COLUMNS"]', "NaN everywhere: no program wrote it"),
+    ("inside = (rows[:, None] < n_rows)", "inside = (rows[:, None] <= n_rows)", "out of bounds"),
+])
+def test_a_wrong_kernel_is_named_by_the_examinee_which_runs_10s_setup_cells(right, wrong, says, tmp_path):
+    """10's answers need its given cells tagged `setup` run whole (triton imported inside `try`, the memory guard,
+    deterministic mode): the examinee does, so a wrong kernel that only the hidden tests meet (the notebook's own
+    process runs no visible check here) is named by the checks the examinee answers."""
+    notebook = json.loads(KERNELS.read_text())
+    for cell in notebook["cells"]:
+        meta = cell["metadata"].get("nbgrader", {})
+        if meta.get("grade_id") == "bias_gelu_forward":
+            cell["source"] = "".join(cell["source"]).replace(right, wrong)
+        elif meta.get("grade_id") == "test_bias_gelu_forward":  # its visible part left out of the student's run
+            cell["source"] = "".join("".join(cell["source"]).partition(referee.HIDDEN_BEGIN)[1:])
+    cells = cells_to_run(notebook)
+    result = execute(cells, str(tmp_path), Limits(cell_timeout=60), {}, referee.trusted_cells(json.loads(KERNELS.read_text())))
+    errors = _errors(result, cells, "test_bias_gelu_forward")
+    assert len(errors) == 1 and says in errors[0] and "found by the grader's own check" in errors[0], errors
+    assert _errors(result, cells, "test_bias_gelu_backward") == []

@@ -78,7 +78,9 @@ class Plan:
 def trusted_cells(notebook: dict) -> dict:
     """What the referee and the examinee need from the instructor's notebook (nbformat v4, as a dict): its
     given and test code cells in order, where each solution cell was (its grade id, cell id and the names
-    it defines, never its source), and the names the solution cells define (the student's, in grading)."""
+    it defines, never its source), and the names the solution cells define (the student's, in grading).
+    A given cell tagged ``setup`` (Jupyter's cell tags) is one the answers need run whole: imports inside
+    ``try``, settings, calls such as 10's ``guard_memory()``; the examinee runs it so, before the answers."""
     cells, solutions = [], []
     for cell in notebook["cells"]:
         if cell["cell_type"] != "code":
@@ -92,7 +94,8 @@ def trusted_cells(notebook: dict) -> dict:
         elif nbgrader.get("grade"):
             cells.append({"kind": "test", "grade_id": nbgrader["grade_id"], "source": source})
         else:
-            cells.append({"kind": "given", "grade_id": None, "source": source})
+            tags = cell.get("metadata", {}).get("tags") or []
+            cells.append({"kind": "given", "grade_id": None, "source": source, "setup": "setup" in tags})
     return {"cells": cells, "student_names": solution_names(solutions)}
 
 
