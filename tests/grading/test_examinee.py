@@ -208,7 +208,7 @@ def test_a_tensor_subclass_never_reaches_the_referee():
     namespace = _namespace("import torch\nclass Sneaky(torch.Tensor):\n    pass\n" + source)
     _, failure, replies = _judge(namespace, CHECK)
     assert replies[0]["outputs"] == [{"other": "a Sneaky (a tensor subclass)"}]
-    assert "forward's output 0 is not a tensor" in failure
+    assert "forward's output is not a tensor" in failure
 
 
 # ----------------------------------------------------------------------------------------

@@ -173,8 +173,9 @@ def test_every_page_is_finished_and_says_why(run):
     assert "nested more than 100 levels deep" in run.page("deep_file")
     assert "cell 4's metadata is not a JSON object" in run.page("misshapen")
     marker = run.page("marker")
-    assert "HIDDEN_TESTS) (found by the grader's own check" in marker  # the referee's message
-    assert marker.count("HIDDEN_TESTS") >= 5  # and the print, the error, the markdown, the attachment's name
+    # The print, the error (the notebook's own check failed: the referee says nothing more), the markdown and
+    # the attachment's name: each with its marker defused.
+    assert marker.count("HIDDEN_TESTS") >= 4, marker
 
 
 def test_a_pasted_photo_is_shown_inline_and_other_attachments_named(run):

@@ -6,7 +6,9 @@ hook that runs before or after every cell). One batch of 01 is graded through th
 line: a blank, a wrong and a right notebook, and each of them again with one emitter of each kind
 (values: negative, nan, lists, strings, huge, fractions). Every emitter's notebook must score
 exactly what its plain notebook scores, test by test, in the gradebook, grades.csv and the
-feedback page; and the plain ones score 0 (blank), what the referee finds (wrong) and full (right).
+feedback page (except that an answer calling ``sys.displayhook`` is not run for the referee's
+checks, so its tests score 0); and the plain ones score 0 (blank), what the referee finds (wrong)
+and full (right).
 """
 
 from __future__ import annotations
@@ -140,13 +142,21 @@ def test_a_number_emitted_into_test_cells_changes_no_score(graded, base, kind):
     outputs = [o for c in tests for o in c.get("outputs", [])]
     assert any(emitted in "".join(o.get("text") or o.get("data", {}).get("text/plain", "")) for o in outputs), \
         (student, emitted)
-    # And scored nothing: test by test in the gradebook, in grades.csv, on the feedback page.
-    assert scores[student] == scores[base], student
-    assert rows[student]["score"] == rows[base]["score"] and rows[student]["status"] == "graded", rows[student]
+    # And scored nothing: test by test in the gradebook, in grades.csv, on the feedback page. An answer cell that
+    # calls sys.displayhook is one the grader does not run for its checks (it reaches the interpreter: running/scan.py),
+    # so Cube's tests get what the referee says of an answer it could not run: 0, saying why.
+    expected = dict(scores[base])
+    if EMITTERS[kind][0] == "forward":
+        expected.update(test_cube_forward=0, test_cube_backward=0)
+        cube_test = next(c for c in tests if c["metadata"]["nbgrader"]["grade_id"] == "test_cube_forward")
+        said = " ".join(o.get("evalue", "") for o in cube_test["outputs"] if o["output_type"] == "error")
+        assert base != "right" or "`sys` (other than sys.stdout and sys.stderr)" in said, said  # (else its own error)
+    assert scores[student] == expected, student
+    total = sum(expected.values())
+    assert float(rows[student]["score"]) == total and rows[student]["status"] == "graded", rows[student]
     page = (course.grading / "feedback" / student / ASSIGNMENT / f"{ASSIGNMENT}.html").read_text(encoding="utf-8")
-    total = float(rows[base]["score"])
     assert f"{total:g} / 11" in _page_scores(page)[0] or f"{total} / 11.0" in _page_scores(page)[0], _page_scores(page)
-    assert _page_scores(page)[1] == [f"{scores[base][name]:g}" for name in POINTS], student
+    assert _page_scores(page)[1] == [f"{expected[name]:g}" for name in POINTS], student
 
 
 def _page_scores(page: str) -> tuple[str, list[str]]:

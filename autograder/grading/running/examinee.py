@@ -79,7 +79,8 @@ def program(trusted: dict, cells: list[dict]) -> list[dict]:
             elif scan.problems(source):
                 why = scan.refusal(grade_id, scan.problems(source))
             steps.append({"kind": "answer", "grade_id": grade_id, "names": cell["names"],
-                          "source": None if why else source, "why": why})
+                          "source": None if why else source, "why": why,
+                          "refused": source is not None and why is not None})
     return steps
 
 
@@ -199,6 +200,7 @@ class Answers:
         self._answer = answer
         self.given, self.answers = _namespace("autograder_examinee_given"), _namespace("autograder_examinee_answers")
         self.missing: dict[str, str] = {}  # a name the solution defines -> why the answers do not define it
+        self.refused: set[str] = set()  # the names of answer cells the scan refused: said even where the cell failed
         self.guard, self.tampered = guard, []
         guard.user_ns = self.answers
         for step in steps:
@@ -234,6 +236,8 @@ class Answers:
                 self.given[name] = self.answers[name]
             else:
                 self.missing[name] = why or f"your answer cell '{step['grade_id']}' does not define {name}"
+                if step.get("refused"):
+                    self.refused.add(name)
 
     def _check(self) -> None:
         """The tamper guard: anything replaced is put back, and said in every reply from now on."""
@@ -248,7 +252,7 @@ class Answers:
                 continue
             target = request.get("target") if isinstance(request, dict) else None
             if target in self.missing and target not in self.answers:
-                replies.append({"error": self.missing[target]})
+                replies.append({"error": self.missing[target], "refused": target in self.refused})
                 continue
             signal.setitimer(signal.ITIMER_REAL, limit)
             try:

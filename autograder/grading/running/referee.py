@@ -187,7 +187,8 @@ class Referee(Judges):
         """Test ``grade_id``'s planned checks, asked now: (how many the referee decided, the first failure or None).
 
         ``failed_there``: the cell already failed in the student's process, which said why. Then only what
-        names the mistake is added (a hidden assert, a diagnosis: 05's named wrong derivations, inf or NaN);
+        names the mistake is added (a hidden assert, a diagnosis: 05's named wrong derivations, inf or NaN),
+        and that the grader refused to run the answer cell (the scan: fixing the mistake alone would not do);
         a comparison that fails too, or the student's code raising again, would say the same thing twice."""
         self.plan()
         plan = self.plans.get(grade_id)
@@ -199,7 +200,8 @@ class Referee(Judges):
         if not (isinstance(replies, list) and len(replies) == len(plan.pending)):
             replies = [None] * len(plan.pending)
         failures = [problem for (request, compare), reply in zip(plan.pending, replies) for problem in [compare(reply)]
-                    if problem and not (failed_there and (request["kind"] != "diagnosis" or _unanswered(reply)))]
+                    if problem and not (failed_there and not _refused(reply)
+                                        and (request["kind"] != "diagnosis" or _unanswered(reply)))]
         return len(plan.pending), plan.failure or (failures[0] if failures else None)
 
     def _plan_test(self, source: str) -> "Plan":
@@ -244,6 +246,11 @@ class Referee(Judges):
             if not _kept(self.namespace.get(name)):
                 self.namespace[name] = UNAVAILABLE
 
+
+
+def _refused(reply) -> bool:
+    """Whether ``reply`` says the grader refused to run the answer cell it needed (``running/scan.py``)."""
+    return isinstance(reply, dict) and reply.get("refused") is True
 
 
 def _is_definition(statement: ast.stmt) -> bool:
