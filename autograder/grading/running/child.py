@@ -12,7 +12,7 @@ import os
 import signal
 
 from autograder.grading.running.confinement import Limits, isolate
-from autograder.grading.running.protocol import send
+from autograder.grading.running.protocol import send, send_crash
 
 HIDDEN_TESTS_MARKER = "### BEGIN " "HIDDEN TESTS"  # written in two parts: no shipped file holds the marker itself
 HIDDEN_TESTS_END = "### END HIDDEN TESTS"
@@ -74,12 +74,7 @@ def child_main(cells, cwd, limits: Limits, env, connection, judged: bool = False
         send(connection, ["done"])
         connection.close()
     except BaseException as error:  # a bug here, not in the student's code: say so
-        import traceback
-
-        try:
-            send(connection, ["crash", "".join(traceback.format_exception(error))])
-        except Exception:
-            pass
+        send_crash(connection, error)
     finally:
         os._exit(0)
 

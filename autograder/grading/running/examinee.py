@@ -40,7 +40,7 @@ import types
 from autograder.grading.running import processes, scan
 from autograder.grading.running.child import CellTimeout
 from autograder.grading.running.confinement import Limits, isolate
-from autograder.grading.running.protocol import ProtocolError, receive, send, tell
+from autograder.grading.running.protocol import ProtocolError, receive, send, send_crash, tell
 from autograder.grading.running.referee import _is_definition, _statements, ipython_python, visible_source
 from autograder.grading.running.sandbox import UID_BASE
 
@@ -174,12 +174,7 @@ def examinee_main(steps: list[dict], folder: str, limits: Limits, env: dict[str,
     except EOFError:
         pass
     except BaseException as error:  # a bug in the grader: the parent fails the checks and says so
-        import traceback
-
-        try:
-            send(connection, ["crash", "".join(traceback.format_exception(error))])
-        except Exception:
-            pass
+        send_crash(connection, error)
     finally:
         os._exit(0)
 

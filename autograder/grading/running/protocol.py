@@ -150,6 +150,17 @@ def send(connection, message: list) -> None:
     connection.send_bytes(json.dumps(message, default=str).encode())
 
 
+def send_crash(connection, error: BaseException) -> None:
+    """Tell the grader that this process (a notebook's, the referee's, an examinee's) failed with ``error``:
+    a bug in the grader, or student code that broke it; the grader then fails what is left and says so."""
+    import traceback
+
+    try:
+        send(connection, ["crash", "".join(traceback.format_exception(error))])
+    except Exception:  # the pipe is gone: the grader sees the process end instead
+        pass
+
+
 def error_output(name: str, value: str) -> dict:
     """An error output the grader writes (a referee's verdict, a death): its text may quote the student's."""
     name, value = defuse_markers(name), defuse_markers(value)

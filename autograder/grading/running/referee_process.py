@@ -11,7 +11,7 @@ import threading
 import time
 
 from autograder.grading.running.confinement import Limits, isolate
-from autograder.grading.running.protocol import ProtocolError, receive, send, tell
+from autograder.grading.running.protocol import ProtocolError, receive, send, send_crash, tell
 
 
 _referees = threading.local()  # each grading thread's referee process, kept from one notebook to the next
@@ -155,11 +155,6 @@ def referee_main(folder: str, limits: Limits, connection) -> None:
     except EOFError:
         pass
     except BaseException as error:  # a bug in the grader: the parent fails the cell and says so
-        import traceback
-
-        try:
-            send(connection, ["crash", "".join(traceback.format_exception(error))])
-        except Exception:
-            pass
+        send_crash(connection, error)
     finally:
         os._exit(0)
