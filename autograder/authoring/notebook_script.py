@@ -19,6 +19,7 @@ import os
 import sys
 import time
 import traceback
+import types
 from pathlib import Path
 
 
@@ -43,10 +44,14 @@ def run_notebook(path, tail: int = 1500) -> list[dict]:
     import matplotlib.pyplot as plt
 
     path = Path(path).resolve()
-    namespace = {"__name__": "__main__"}
+    # The cells' globals are a real module standing as __main__ while they run, as in a kernel: torch.compile
+    # looks a function's module up in sys.modules (without it: "module '__main__' has no attribute 'torch'").
+    module = types.ModuleType("__main__")
+    namespace = module.__dict__
     rows = []
-    before = Path.cwd()
+    before, main = Path.cwd(), sys.modules.get("__main__")
     os.chdir(path.parent)
+    sys.modules["__main__"] = module
     try:
         for number, source in enumerate(code_cells(json.loads(path.read_text(encoding="utf-8"))), 1):
             printed = io.StringIO()
@@ -69,6 +74,8 @@ def run_notebook(path, tail: int = 1500) -> list[dict]:
                 break
     finally:
         os.chdir(before)
+        if main is not None:
+            sys.modules["__main__"] = main
     return rows
 
 
