@@ -73,6 +73,16 @@ def test_without_cuda_on_a_bare_machine_every_gpu_step_says_so_and_the_command_e
     assert sorted(p.name for p in out.iterdir()) == ["gpu_check.json", "pytest.log", "report.md"]
 
 
+def test_the_gpu_test_files_run_on_a_bare_machine_conftest_and_all(tmp_path):
+    """What `tests marked gpu` meets on a GPU, short of the GPU: a test of those files that runs (not one that
+    skips for want of CUDA), with conftest's session fixtures, where nbgrader and traitlets are absent (found on an
+    H200: conftest's check-process fixture imported them, and every gpu test errored at setup)."""
+    ran = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
+                          "tests/student/test_timing.py::test_cpu_threads_sets_the_count_inside_the_block_and_restores_it_after"],
+                         cwd=REPO, env=_bare_environment(tmp_path), capture_output=True, text=True, timeout=300)
+    assert ran.returncode == 0 and "1 passed" in ran.stdout, ran.stdout + ran.stderr
+
+
 def test_the_entry_point_and_recorder_steps_run_on_the_cpu(tmp_path):
     step = gpu_check.Step("entry points")
     gpu_check.entry_points(step, "cpu")
