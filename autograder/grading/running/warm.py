@@ -39,6 +39,17 @@ import torch.func  # noqa: F401
 import torch.fx.experimental.symbolic_shapes  # noqa: F401  (torch.autograd.grad imports it on first use: ~1 s)
 import torch.utils.benchmark  # noqa: F401
 import torch._subclasses.schema_check_mode  # noqa: F401  (torch.func imports it on first use)
+# What a notebook's first torch.compile imports (09 compiles eight times): ~0.75 s of CPU on first use
+# in every compiling notebook, once here (~0.7 s, +40 MB shared by every fork). The nine roots of it.
+import torch._dynamo.backends.debugging  # noqa: F401  (aot_eager)
+import torch._dynamo.repro.after_dynamo  # noqa: F401
+import torch._functorch.aot_autograd  # noqa: F401
+import torch._functorch._aot_autograd.subclass_codegen  # noqa: F401
+import torch._inductor.debug  # noqa: F401
+import torch._inductor.pattern_matcher  # noqa: F401
+import torch._inductor.sizevars  # noqa: F401
+import torch.export._trace  # noqa: F401
+import torch.fx.experimental.validator  # noqa: F401
 import PIL.Image
 import stack_data  # noqa: F401  (IPython formats tracebacks with it)
 import pygments.formatters.terminal256  # noqa: F401  (and this)
