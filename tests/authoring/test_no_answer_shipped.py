@@ -13,14 +13,19 @@ and in the students' edition: statements, the hints it keeps, worked examples, "
   code anyway: in a shipped code cell (a worked example, a test's reference), or in the statement of an
   exercise, which says what to write (``forward`` returns ``x.clamp(min=0)``). A statement may not show
   the code of a derivative (in ``backward`` or ``jvp``): deriving it is what is graded;
+- **given code**: the shipped code cells (worked examples, demos, the visible parts of tests) show less than half
+  of the gradient values any exercise's ``backward`` computes: a demo may share a step with an exercise, not
+  solve it (03's demo of trailing ``None`` gradients once returned ``Linear``'s, 04's example of an integer
+  output was ``TopK`` with ``k = 1``);
 - **maths**: no formula of the shipped Markdown is the result of a gradient formula of the solution-only
   Markdown (what follows its ``=``), compared without notation: ``y_j(g_j - \\sum_i g_i y_i)`` and
   ``y \\odot (g - \\sum_{row} g \\odot y)`` are one formula;
 - **hint levels**: an exercise with two hint levels or more ends with the answer level, so that its most
   telling hint is the one the release strips; and no shipped prose sends students to an answer level.
 
-``code_shipped``, ``maths_shipped`` and ``hint_levels`` find each; the tests at the end show that each would
-have caught the hints that once handed answers over (issue 34), on copies of today's notebooks.
+``code_shipped``, ``given_code_solves``, ``maths_shipped`` and ``hint_levels`` find each; the tests at the end show
+that each would have caught the hints and code that once handed answers over (issue 34), on copies of today's
+notebooks.
 """
 
 from __future__ import annotations
@@ -74,47 +79,90 @@ def _binds(node: ast.AST) -> bool:
     return isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign))
 
 
-def _solution_code(cell_source: str) -> tuple[set[str], set[str]]:
-    """(every answer, the derivatives' answers) of a solution cell: each statement between the markers and
-    the value each assigns or returns (each element of a returned tuple too). The values ``forward``
-    returns are left out (the statement defines them); a derivative is what ``backward`` or ``jvp`` runs."""
+def _solution_statements(cell_source: str) -> list[tuple[ast.stmt, str, str]]:
+    """(statement, class, function) for each statement between a solution cell's markers: the innermost class
+    and function around it ("" where there is none)."""
     tree = _parse(cell_source.replace("### BEGIN SOLUTION", "").replace("### END SOLUTION", ""))
     lines = set()
     for match in SOLUTION.finditer(cell_source):
         first = cell_source[:match.start(1)].count("\n") + 1
         lines.update(range(first, first + match.group(1).count("\n")))
-    scopes = {}  # node -> the name of the innermost function around it
-    for function in [f for f in ast.walk(tree) if isinstance(f, ast.FunctionDef)]:
-        for node in ast.walk(function):
-            scopes[id(node)] = function.name
+    classes, functions = {}, {}  # node -> the name of the innermost class / function around it
+    for scope, names in ((ast.ClassDef, classes), (ast.FunctionDef, functions)):
+        for outer in [n for n in ast.walk(tree) if isinstance(n, scope)]:
+            for node in ast.walk(outer):
+                names[id(node)] = outer.name
+    return [(node, classes.get(id(node), ""), functions.get(id(node), "")) for node in ast.walk(tree)
+            if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Expr, ast.Return))
+            and node.lineno in lines]
+
+
+def _values(statement: ast.stmt) -> list[ast.AST]:
+    """What a statement assigns, returns or evaluates: its value, or each element of a returned tuple."""
+    value = getattr(statement, "value", None)
+    if value is None:
+        return []
+    return value.elts if isinstance(value, ast.Tuple) else [value]
+
+
+def _is_derivative(function: str) -> bool:
+    return "backward" in function or function == "jvp"
+
+
+def _solution_code(cell_source: str) -> tuple[set[str], set[str]]:
+    """(every answer, the derivatives' answers) of a solution cell: each statement between the markers and
+    the value each assigns or returns (each element of a returned tuple too). The values ``forward``
+    returns are left out (the statement defines them); a derivative is what ``backward`` or ``jvp`` runs."""
     answers, derivatives = set(), set()
-    for node in ast.walk(tree):
-        if not isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Expr, ast.Return)):
+    for node, _, function in _solution_statements(cell_source):
+        if function == "forward" and isinstance(node, ast.Return):
             continue
-        scope = scopes.get(id(node), "")
-        if node.lineno not in lines or (scope == "forward" and isinstance(node, ast.Return)):
-            continue
-        parts = [node]
         value = getattr(node, "value", None)
-        if value is not None:
-            parts += [value] + (value.elts if isinstance(value, ast.Tuple) else [])
+        parts = [node] + ([value] if isinstance(value, ast.Tuple) else []) + _values(node)
         found = {_normal(p) for p in parts if _substantial(p) or p is node and _binds(node)}
         answers |= found
-        if "backward" in scope or scope == "jvp":
+        if _is_derivative(function):
             derivatives |= found
     return answers, derivatives
 
 
+def _gradients(cell_source: str) -> dict[str, set[str]]:
+    """Each derivative a solution cell writes, by Function: the values its ``backward`` (or ``jvp``) assigns,
+    returns or evaluates that compute something from a gradient (a name ``grad...``), as
+    ``{"TopK.backward": {...}}``. Statements that only unpack ``ctx`` or pass values on (``f(x, grad_output)``,
+    a call of another function with names) are left out."""
+    def passes_on(value):
+        return isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and all(
+            isinstance(a, ast.Name) for a in value.args + [k.value for k in value.keywords])
+
+    found = {}
+    for node, cls, function in _solution_statements(cell_source):
+        for value in _values(node) if _is_derivative(function) else []:
+            if _substantial(value) and not passes_on(value) and any(
+                    isinstance(n, ast.Name) and n.id.startswith("grad") for n in ast.walk(value)):
+                found.setdefault(f"{cls}.{function}", set()).add(_normal(value))
+    return found
+
+
+def _visible_code(cell: dict, leave_out: frozenset[str] = frozenset()) -> set[str]:
+    """Every statement and expression of a shipped code cell's visible part (its hidden tests left out), but
+    those of the classes named in ``leave_out``."""
+    tree = _parse("".join(chunk for hidden, chunk in hidden_chunks(source(cell)) if not hidden))
+    if tree is None:
+        return set()
+    left_out = {id(n) for c in ast.walk(tree) if isinstance(c, ast.ClassDef) and c.name in leave_out
+                for n in ast.walk(c)}
+    return {_normal(n) for n in ast.walk(tree) if isinstance(n, (ast.stmt, ast.expr)) and id(n) not in left_out}
+
+
+def _given_code_cells(cells: list[dict]) -> list[dict]:
+    """The code cells a notebook gives: every code cell but the students' own answers."""
+    return [c for c in cells if c["cell_type"] == "code" and not nbgrader_meta(c).get("solution")]
+
+
 def _code_cells_show(cells: list[dict]) -> set[str]:
     """Every statement and expression of the shipped code cells (their visible parts): code students see."""
-    seen = set()
-    for cell in cells:
-        if cell["cell_type"] != "code" or nbgrader_meta(cell).get("solution"):
-            continue
-        tree = _parse("".join(chunk for hidden, chunk in hidden_chunks(source(cell)) if not hidden))
-        if tree is not None:
-            seen.update(_normal(n) for n in ast.walk(tree) if isinstance(n, (ast.stmt, ast.expr)))
-    return seen
+    return set().union(*map(_visible_code, _given_code_cells(cells)))
 
 
 def _code_shown(markdown: str) -> list[str]:
@@ -158,6 +206,35 @@ def code_shipped(solutions: list[dict], shipped: list[dict]) -> list[str]:
     secret = answers - _code_cells_show(shipped) - (stated - derivatives)
     return [f"{cell}: `{shown}` is the solution's `{answer}`" for cell, text in _shipped_markdown(shipped)
             for shown in _code_shown(text) for answer in sorted(secret) if _shows(shown, answer)]
+
+
+def _starting_code(cell_source: str) -> set[str]:
+    """The classes a solution cell's classes inherit from: an exercise's own starting code (06's broken
+    Functions, whose bugs are the exercise)."""
+    tree = _parse(cell_source.replace("### BEGIN SOLUTION", "").replace("### END SOLUTION", ""))
+    return {ast.unparse(base) for c in ast.walk(tree) if isinstance(c, ast.ClassDef) for base in c.bases}
+
+
+def given_code_solves(solutions: list[dict], shipped: list[dict]) -> list[str]:
+    """Where the shipped notebook's code cells (worked examples, demos, the visible parts of tests) show half
+    or more of the gradient values of an exercise's ``backward``: 'Function.backward: k of its n gradient
+    values in given code (cells): values' for each. A worked example may share one step with an exercise
+    (04's ``x * w`` shows the gradient of ``x`` that ``ScaleShift`` returns too, and leaves it the broadcast
+    reduction); half of it or more is the exercise solved. The class a solution inherits from is left out."""
+    gradients, starting = {}, set()
+    for cell in solutions:
+        if cell["cell_type"] == "code" and nbgrader_meta(cell).get("solution"):
+            gradients.update(_gradients(source(cell)))
+            starting |= _starting_code(source(cell))
+    given = {cell.get("id", "?"): _visible_code(cell, frozenset(starting)) for cell in _given_code_cells(shipped)}
+    found = []
+    for function, values in sorted(gradients.items()):
+        shown = {value for value in values if any(value in code for code in given.values())}
+        if 2 * len(shown) >= len(values):
+            cells = ", ".join(cell for cell, code in given.items() if code & shown)
+            found.append(f"{function}: {len(shown)} of its {len(values)} gradient values in given code ({cells}): "
+                         f"{sorted(shown)}")
+    return found
 
 
 # ----------------------------------------------------------------------------------------------
@@ -253,6 +330,11 @@ def _notebooks(assignment: str) -> tuple[list[dict], list[dict]]:
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
 def test_the_shipped_markdown_shows_no_solution_code(assignment):
     assert code_shipped(*_notebooks(assignment)) == []
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_the_given_code_cells_solve_no_exercise(assignment):
+    assert given_code_solves(*_notebooks(assignment)) == []
 
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
@@ -356,4 +438,82 @@ def test_code_a_statement_asks_for_and_code_students_see_anyway_are_not_answers_
     solutions, shipped = _notebooks("03_non_tensor_arguments")
     assert code_shipped(solutions, _with(shipped, "cell-2dee0e5a", new="Use `torch.empty(...).uniform_(-k, k)`.")) == []
     found = code_shipped(solutions, _with(shipped, "cell-91a0b8eb", new="`grad_bias = grad_output.sum(0)`"))
-    assert found == ["cell-91a0b8eb: `grad_bias = grad_output.sum(0)` is the solution's `grad_bias=grad_output.sum(0)`"]
+    shown = "cell-91a0b8eb: `grad_bias = grad_output.sum(0)` is the solution's"
+    assert found == [f"{shown} `grad_bias=grad_output.sum(0)`", f"{shown} `grad_output.sum(0)`"]
+
+
+# Given code that solved an exercise until issue 34, put back into a copy of today's notebook: 03's demo of
+# trailing Nones (Linear's three gradients), 04's example of an integer output (TopK with k = 1), 02's memory
+# comparison (SiLU's backward).
+LINEAR_SKETCH = '''
+class LinearSketch(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias=None):
+        ctx.save_for_backward(x, weight)
+        return x @ weight.T if bias is None else x @ weight.T + bias
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        x, weight = ctx.saved_tensors
+        return grad_output @ weight, grad_output.T @ x, None
+
+
+class LinearSketchExtra(LinearSketch):
+    @staticmethod
+    def backward(ctx, grad_output):
+        x, weight = ctx.saved_tensors
+        return grad_output @ weight, grad_output.T @ x, grad_output.sum(0)
+'''
+MAX_LAST_DIM = '''
+class MaxLastDim(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        values, index = x.max(dim=-1)
+        ctx.mark_non_differentiable(index)
+        ctx.save_for_backward(index)
+        ctx.x_shape = x.shape
+        return values, index
+
+    @staticmethod
+    def backward(ctx, grad_values, grad_index):
+        (index,) = ctx.saved_tensors
+        grad_x = torch.zeros(ctx.x_shape, dtype=grad_values.dtype, device=grad_values.device)
+        return grad_x.scatter(-1, index.unsqueeze(-1), grad_values.unsqueeze(-1))
+'''
+SILU_NAIVE = '''
+class SiLUNaiveWithBackward(SiLUNaive):
+    @staticmethod
+    def backward(ctx, grad_output):
+        x, s = ctx.saved_tensors
+        return grad_output * s * (1 + x * (1 - s))
+'''
+GIVEN_CODE_SOLVED = [
+    ("03_non_tensor_arguments", "cell-acd56ed7", LINEAR_SKETCH, "Linear.backward: 3 of its 3"),
+    ("04_multiple_inputs_and_outputs", "cell-d80c2f65", MAX_LAST_DIM, "TopK.backward: 1 of its 2"),
+    ("02_saving_for_backward", "cell-c624450e", SILU_NAIVE, "SiLU.backward: 1 of its 1"),
+]
+
+
+@pytest.mark.parametrize("assignment, cell_id, code, found", GIVEN_CODE_SOLVED)
+def test_given_code_that_solves_an_exercise_is_found(assignment, cell_id, code, found):
+    solutions, shipped = _notebooks(assignment)
+    assert given_code_solves(solutions, shipped) == []
+    told = given_code_solves(solutions, _with(shipped, cell_id, new=code))
+    assert len(told) == 1 and told[0].startswith(f"{found} gradient values in given code ({cell_id}): "), told
+
+
+def test_the_code_an_exercise_fixes_is_no_answer_and_a_worked_example_may_share_one_step():
+    """06's Exercise 2 gives five broken Functions to fix: ``BrokenPow``'s backward holds ``FixedPow``'s
+    gradient in the wrong place. Inherited, it is the exercise's starting code; from a class of its own, the
+    same code gives the answer away. 04's ``MulNoReduce`` shows the gradient of ``x`` that ``ScaleShift``
+    returns too, one of its three: the broadcast reductions, the exercise, are left to the student."""
+    solutions, shipped = _notebooks("06_checking_gradients")
+    assert given_code_solves(solutions, shipped) == []
+    unrelated = _with(solutions, "fixed_functions", "class FixedPow(BrokenPow):",
+                      "class FixedPow(torch.autograd.Function):")
+    assert given_code_solves(unrelated, shipped) == [
+        "FixedPow.backward: 1 of its 1 gradient values in given code (cell-6c565685): ['grad_output*p*x**(p-1)']"]
+    solutions, shipped = _notebooks("04_multiple_inputs_and_outputs")
+    scale_shift = _gradients(source(next(c for c in solutions if c.get("id") == "scale_shift")))["ScaleShift.backward"]
+    assert len(scale_shift) == 3 and scale_shift & _code_cells_show(shipped) == {"grad_output*w"}
+    assert given_code_solves(solutions, shipped) == []

@@ -140,7 +140,7 @@ def test_a_cpu_generator_cannot_draw_on_a_gpu_and_a_gpu_one_draws_other_numbers(
     assert not torch.equal(on_gpu.cpu(), torch.rand(1000, generator=torch.Generator().manual_seed(7)))
 
 
-# 03 -- an optional bias and trailing Nones -----------------------------------------------------------
+# 03 -- an optional input and trailing Nones ----------------------------------------------------------
 
 def test_nn_linear_without_bias_registers_a_none_parameter():
     layer = nn.Linear(3, 2, bias=False)
@@ -169,82 +169,171 @@ def test_leaky_relu_gradient_is_the_slope_where_x_is_not_positive():
     assert torch.allclose(x.grad, torch.tensor([0.1, 0.1, 1.0]))
 
 
-class _LinearNoBiasGrad(torch.autograd.Function):
+class _MulAdd(torch.autograd.Function):
+    """03's MulAdd: x * scale (+ shift), a backward that always returns three values (None for no shift)."""
+
     @staticmethod
-    def forward(ctx, x, weight, bias=None):
-        ctx.save_for_backward(x, weight)
-        return x @ weight.T if bias is None else x @ weight.T + bias
+    def forward(ctx, x, scale, shift=None):
+        ctx.save_for_backward(x, scale)
+        ctx.has_shift = shift is not None
+        return x * scale if shift is None else x * scale + shift
 
     @staticmethod
     def backward(ctx, grad_output):
-        x, weight = ctx.saved_tensors
-        return grad_output @ weight, grad_output.T @ x, None
+        x, scale = ctx.saved_tensors
+        return grad_output * scale, grad_output * x, grad_output if ctx.has_shift else None
+
+
+class _MulAddShiftGrad(_MulAdd):
+    @staticmethod
+    def backward(ctx, grad_output):
+        x, scale = ctx.saved_tensors
+        return grad_output * scale, grad_output * x, grad_output
 
 
 def test_trailing_none_gradients_are_accepted():
-    """03: Linear.apply(x, w) with a three-value backward works when the extra value is None."""
-    x = torch.randn(5, 3, requires_grad=True)
-    w = torch.randn(4, 3, requires_grad=True)
-    _LinearNoBiasGrad.apply(x, w).sum().backward()
-    assert x.grad.shape == (5, 3) and w.grad.shape == (4, 3)
+    """03: MulAdd.apply(x, scale), two inputs, with a three-value backward works when the extra value is None;
+    needs_input_grad has one entry per input given."""
+    x, scale = torch.randn(4, requires_grad=True), torch.randn(4, requires_grad=True)
+    y = _MulAdd.apply(x, scale)
+    y.sum().backward()
+    assert y.grad_fn.needs_input_grad == (True, True)
+    assert x.grad.shape == (4,) and torch.equal(x.grad, scale.detach()) and torch.equal(scale.grad, x.detach())
+    assert _MulAdd.apply(x, scale, None).grad_fn.needs_input_grad == (True, True, False)  # a None: always False
 
 
 def test_an_extra_gradient_that_is_not_none_is_refused():
-    class Extra(_LinearNoBiasGrad):
-        @staticmethod
-        def backward(ctx, grad_output):
-            x, weight = ctx.saved_tensors
-            return grad_output @ weight, grad_output.T @ x, grad_output.sum(0)
-
     with pytest.raises(RuntimeError, match=r"incorrect number of gradients \(expected 2, got 3\)"):
-        Extra.apply(torch.randn(5, 3, requires_grad=True), torch.randn(4, 3)).sum().backward()
+        _MulAddShiftGrad.apply(torch.randn(4, requires_grad=True), torch.randn(4)).sum().backward()
 
 
 def test_gradient_for_a_none_input_is_refused_with_a_one_based_position():
     with pytest.raises(RuntimeError, match="different than None at position 3"):
-        class BiasGrad(_LinearNoBiasGrad):
-            @staticmethod
-            def backward(ctx, grad_output):
-                x, weight = ctx.saved_tensors
-                return grad_output @ weight, grad_output.T @ x, grad_output.sum(0)
-
-        BiasGrad.apply(torch.randn(5, 3, requires_grad=True), torch.randn(4, 3), None).sum().backward()
+        _MulAddShiftGrad.apply(torch.randn(4, requires_grad=True), torch.randn(4), None).sum().backward()
 
 
-# 04 -- devices, shapes and views ----------------------------------------------------------------------
+def test_a_shifted_needs_input_grad_index_raises_nothing_and_leaves_a_gradient_none():
+    """03's Common mistake 3: [1] read for x, [2] (the absent shift's, False) for scale."""
 
-def _max_last_dim(with_device: bool):
-    class MaxLastDim(torch.autograd.Function):
+    class ShiftedIndex(_MulAdd):
         @staticmethod
-        def forward(ctx, x):
-            values, index = x.max(dim=-1)
-            ctx.mark_non_differentiable(index)
-            ctx.save_for_backward(index)
-            ctx.x_shape = x.shape
-            return values, index
+        def backward(ctx, grad_output):
+            x, scale = ctx.saved_tensors
+            grad_x = grad_output * scale if ctx.needs_input_grad[1] else None
+            grad_scale = grad_output * x if ctx.needs_input_grad[2] else None
+            return grad_x, grad_scale, None
+
+    x, scale = torch.randn(4, requires_grad=True), torch.randn(4, requires_grad=True)
+    ShiftedIndex.apply(x, scale, None).sum().backward()
+    assert scale.grad is None and x.grad is not None
+
+
+# 04 -- integer outputs and devices ----------------------------------------------------------------------
+
+
+def _centre_of_mass(device_in_backward: bool, mark: bool = True):
+    """04's CentreOfMass: each row's centre of mass and the position nearest to it (an integer output); the
+    class keeps, in ``received``, the gradient its backward received for that output."""
+    received = []
+
+    class CentreOfMass(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, p):
+            positions = torch.arange(p.shape[-1], dtype=p.dtype, device=p.device)
+            total = p.sum(dim=-1)
+            centre = (positions * p).sum(dim=-1) / total
+            nearest = centre.round().long()
+            if mark:
+                ctx.mark_non_differentiable(nearest)
+            ctx.save_for_backward(centre, total)
+            ctx.n = p.shape[-1]
+            return centre, nearest
 
         @staticmethod
-        def backward(ctx, grad_values, grad_index):
-            (index,) = ctx.saved_tensors
-            where = {"device": grad_values.device} if with_device else {}
-            grad_x = torch.zeros(ctx.x_shape, dtype=grad_values.dtype, **where)
-            return grad_x.scatter(-1, index.unsqueeze(-1), grad_values.unsqueeze(-1))
+        def backward(ctx, grad_centre, grad_nearest):
+            received.append(grad_nearest)
+            centre, total = ctx.saved_tensors
+            where = {"device": grad_centre.device} if device_in_backward else {}
+            positions = torch.arange(ctx.n, dtype=grad_centre.dtype, **where)
+            return grad_centre.unsqueeze(-1) * (positions - centre.unsqueeze(-1)) / total.unsqueeze(-1)
 
-    return MaxLastDim
+    CentreOfMass.received = received
+    return CentreOfMass
+
+
+def test_centre_of_mass_matches_torch_and_its_integer_output_gets_integer_zeros():
+    """04: the centre's gradient is (i - c) / sum(p), as torch's autograd finds in float64; backward receives an
+    int64 tensor of zeros for the marked integer output, which does not require grad."""
+    p = torch.tensor([[1.0, 2.0, 1.0, 0.0], [0.0, 0.0, 1.0, 3.0]], dtype=torch.float64, requires_grad=True)
+    function = _centre_of_mass(device_in_backward=True)
+    centre, nearest = function.apply(p)
+    assert centre.tolist() == [1.0, 2.75] and nearest.tolist() == [1, 3] and not nearest.requires_grad
+    (mine,) = torch.autograd.grad((centre * torch.tensor([1.0, -2.0], dtype=torch.float64)).sum(), p)
+    assert function.received[0].dtype == torch.int64 and function.received[0].tolist() == [0, 0]
+    reference = (torch.arange(4, dtype=torch.float64) * p).sum(dim=-1) / p.sum(dim=-1)
+    (torchs,) = torch.autograd.grad((reference * torch.tensor([1.0, -2.0], dtype=torch.float64)).sum(), p)
+    assert torch.allclose(mine, torchs, rtol=1e-12, atol=0)
+    assert (mine[0] * 4).tolist() == [-1.0, 0.0, 1.0, 2.0]  # row 0, centre 1: negative left of it, zero at it
+    masses = (torch.rand(3, 5, dtype=torch.float64) + 0.1).requires_grad_()
+    assert torch.autograd.gradcheck(lambda p: function.apply(p)[0], (masses,))
+
+
+def test_an_integer_output_never_requires_grad_even_unmarked():
+    """04's UnmarkedCentreOfMass: without mark_non_differentiable the integer output still needs no gradient."""
+    centre, nearest = _centre_of_mass(device_in_backward=True, mark=False).apply(torch.rand(2, 3, requires_grad=True))
+    assert nearest.dtype == torch.int64 and not nearest.requires_grad and centre.requires_grad
+
+
+def test_a_tensor_made_without_device_in_backward_fails_against_another_devices_tensors():
+    """04: torch.arange(n) in backward lands on the CPU, and the first operation mixing it with the input's
+    device fails. The "meta" device stands in for a GPU here: the same device check, no GPU needed."""
+    p = torch.rand(2, 3, device="meta", requires_grad=True)
+    centre, _ = _centre_of_mass(device_in_backward=False).apply(p)
+    with pytest.raises(RuntimeError, match="not on the expected device"):
+        torch.autograd.grad(centre.sum(), p)
+    centre, _ = _centre_of_mass(device_in_backward=True).apply(p)
+    (grad,) = torch.autograd.grad(centre.sum(), p)
+    assert grad.device.type == "meta"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_on_a_gpu_a_cpu_tensor_made_in_backward_fails_there_too():
+    """04: what the meta device stands in for, on a real GPU."""
+    p = torch.rand(2, 3, device="cuda", requires_grad=True)
+    centre, _ = _centre_of_mass(device_in_backward=False).apply(p)
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        torch.autograd.grad(centre.sum(), p)
+    centre, _ = _centre_of_mass(device_in_backward=True).apply(p)
+    assert torch.autograd.grad(centre.sum(), p)[0].device == p.device
 
 
 def test_a_gradient_allocated_without_device_is_on_the_cpu_and_refused_elsewhere():
-    """04: torch.zeros(shape) in backward lands on the CPU; any other device refuses it.
+    """04: a gradient backward makes with torch.zeros(shape) lands on the CPU; any other device refuses it (what
+    TopK's check_device catches). The "meta" device stands in for a GPU here: same device check, no GPU needed."""
 
-    The "meta" device stands in for a GPU here: same device check, no GPU needed.
-    """
+    def floor(with_device):
+        class Floor(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                ctx.shape = x.shape
+                return x.floor()
+
+            @staticmethod
+            def backward(ctx, grad_output):  # floor is flat almost everywhere
+                where = {"device": grad_output.device} if with_device else {}
+                return torch.zeros(ctx.shape, dtype=grad_output.dtype, **where)
+
+        return Floor
+
     x = torch.randn(2, 3, device="meta", requires_grad=True)
-    values, _ = _max_last_dim(with_device=False).apply(x)
     with pytest.raises(RuntimeError, match="expected device meta but got cpu"):
-        torch.autograd.grad(values.sum(), x)
-    values, _ = _max_last_dim(with_device=True).apply(x)
-    (grad,) = torch.autograd.grad(values.sum(), x)
+        torch.autograd.grad(floor(with_device=False).apply(x).sum(), x)
+    (grad,) = torch.autograd.grad(floor(with_device=True).apply(x).sum(), x)
     assert grad.device.type == "meta"
+
+
+# 04 -- shapes and views ----------------------------------------------------------------------------------
 
 
 def test_an_expandable_wrong_gradient_shape_is_silently_summed():
@@ -432,6 +521,36 @@ def test_the_detach_trick_has_the_value_of_f_and_the_gradient_of_the_identity():
     rounded = x + (x.round() - x).detach()
     rounded.sum().backward()
     assert rounded.tolist() == [0.0, 2.0, 2.0] and x.grad.tolist() == [1.0, 1.0, 1.0]
+
+
+# 06 -- a backward that writes into grad_output: gradcheck passes it -----------------------------------------
+
+def test_writing_into_grad_output_passes_gradcheck_and_zeroes_an_expanded_one_with_a_warning():
+    """06's BrokenClip (what its collapsed "After Exercise 2" note says): gradcheck's fresh one-hot gradients
+    hide the in-place write; after .sum() grad_output is one number expanded, torch warns, and all of it is
+    zeroed."""
+
+    class BrokenClip(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x.clamp(-1, 1)
+
+        @staticmethod
+        def backward(ctx, grad_output):
+            (x,) = ctx.saved_tensors
+            grad_output[x.abs() > 1] = 0
+            return grad_output
+
+    x = torch.tensor([1.5, -0.2, -2.2], dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(BrokenClip.apply, (x,))
+    x = torch.tensor([-2.0, 0.5, 3.0], requires_grad=True)
+    with pytest.warns(UserWarning, match="on expanded tensors is deprecated"):
+        BrokenClip.apply(x).sum().backward()
+    assert x.grad.tolist() == [0.0, 0.0, 0.0]
+    x = torch.tensor([-2.0, 0.5, 3.0], requires_grad=True)
+    x.clamp(-1, 1).sum().backward()
+    assert x.grad.tolist() == [0.0, 1.0, 0.0]
 
 
 # 06 -- double backward: the two documented ways to keep an intermediate ---------------------------------
