@@ -27,7 +27,7 @@ def child_main(cells, cwd, limits: Limits, env, connection, judged: bool = False
     """Run every code cell and send ("start", i) / ("end", i, outputs, count, status) / ("done",).
 
     With ``judged``, after each test cell (one with a ``grade_id``) wait until the grader says ``continue``
-    (the referee checks the cell meanwhile)."""
+    (it has the cell's outputs; its referee checks the cell while this process goes on)."""
     try:
         isolate(cwd, limits, env, connection.fileno())
         from autograder.grading.running import warm

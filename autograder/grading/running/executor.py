@@ -191,6 +191,9 @@ def execute(cells: list[dict], cwd: str, limits: Limits = Limits(),
                         # mistake: 05's diagnoses), after the visible part's own error, but not that the
                         # student's code raised again (one message per cause: not done yet, an error, a timeout).
                         failed_here = any(o["output_type"] == "error" for o in outputs)
+                        # The notebook goes on meanwhile (its next cells' messages wait in the pipe): the
+                        # referee and the examinee are other processes, so on a second core they overlap.
+                        tell(receive, ["continue"])
                         if not failed_here or index in result.decided:
                             result.judged[index], failure = referee.judge(cells[index]["grade_id"], examinee,
                                                                           failed_here)
@@ -200,7 +203,6 @@ def execute(cells: list[dict], cwd: str, limits: Limits = Limits(),
                             # Its checks fail from here on; the notebook itself goes on.
                             why = f"the process that runs your answers for the grader's checks stopped: {examinee.gone}"
                             result.status, result.cell, result.detail = "kernel died", index, why
-                        tell(receive, ["continue"])
                         cell_started = time.monotonic()
                 elif kind == "done":
                     done = True
