@@ -510,3 +510,46 @@ def test_a_wrong_kernel_is_named_by_the_examinee_which_runs_10s_setup_cells(righ
     errors = _errors(result, cells, "test_bias_gelu_forward")
     assert len(errors) == 1 and says in errors[0] and "found by the grader's own check" in errors[0], errors
     assert _errors(result, cells, "test_bias_gelu_backward") == []
+
+
+HARNESS = """
+import torch
+from autograder import check_with
+
+def gradients_report(F, needs):  # as 03's backward_report: a dict of what F's backward returns
+    output = F.apply(torch.ones(2, 3, requires_grad=needs))
+    return {"gradients": [output.grad_fn.apply(torch.ones(2, 3))]}
+
+class Right(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return 2 * x
+
+    @staticmethod
+    def backward(ctx, g):
+        return 2 * g
+"""
+ALWAYS_THREE = """
+import torch
+
+class Twice(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return 2 * x
+
+    @staticmethod
+    def backward(ctx, g):
+        return 3 * g
+"""
+
+
+def test_the_referee_names_the_entry_of_a_harness_report_that_differs():
+    cells = [{"kind": "given", "grade_id": None, "source": HARNESS},
+             {"kind": "test", "grade_id": "t", "source": "check_with(gradients_report, Twice, Right, True)"}]
+    namespace = {}
+    exec(HARNESS + ALWAYS_THREE, namespace)
+    judged, failure = referee.Referee(cells, ["Twice"], _each(lambda r: answer.answer(r, namespace))).judge_cell("t")
+    assert judged == 1
+    assert failure.startswith("gradients_report(...)['gradients'][0] with your Twice is tensor([[3., 3., 3.], "
+                              "[3., 3., 3.]]); with a right Twice it is tensor([[2., 2., 2.], [2., 2., 2.]]) "
+                              "(found by the grader's own check"), failure

@@ -170,7 +170,8 @@ class Judges:
             if explain is not None:  # check_kernel: what the wrong results say about the kernel
                 return _found(function.name, explain(got, want) or f"{function.name} gives {short(got)}", named=True)
             if harness is not None:
-                return _found(function.name, with_message(harness.__name__, function.name, got, want), named=True)
+                return _found(function.name, with_message(harness.__name__, function.name, got, want, rtol, atol),
+                              named=True)
             return _found(function.name, f"{function.name}{tuple(short(a) for a in args)} gives {short(got)}, "
                                          f"expected {short(want)}", named=True)
 

@@ -12,8 +12,8 @@ import contextlib
 import inspect
 
 from autograder.student.checker.messages import (
-    _DEVICE_RULE, _a_tensor_on, _count, _diagnose, _difference, _dtype, _is_tensor_close, _output_label, _raw_problem,
-    _returned_none, _run_reference, _run_student, _shape, wrong_gradient, wrong_output,
+    _DEVICE_RULE, _a_tensor_on, _a_value_of_type, _count, _diagnose, _difference, _dtype, _is_tensor_close,
+    _output_label, _raw_problem, _returned_none, _run_reference, _run_student, _shape, wrong_gradient, wrong_output,
 )
 from autograder.student.checker.flags import _FLAG_RULE, _explain_needs_input_grad_error, _flag_branches, _wrong_flag
 from autograder.student.checker.references import (
@@ -296,7 +296,7 @@ def _raw_gradients(function, reference, inputs, case, report, rtol, atol):
         if not isinstance(inputs.args[i], _Tensor) and r is not None:
             report.add(
                 f"backward returned a gradient for `{names[i]}` (position {i + 1}), but `{names[i]}` "
-                f"is a {type(inputs.args[i]).__name__}, not a tensor. Return None in its place."
+                f"is {_a_value_of_type(inputs.args[i])}, not a tensor. Return None in its place."
             )
             return None
     for i in sorted(inputs.constants):

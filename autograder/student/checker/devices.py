@@ -16,7 +16,7 @@ judges it. The grader's referee asks the student's process for the record and ju
 
 from __future__ import annotations
 
-from autograder.student.checker.messages import _device_mistake, _student_line, _wrong_device
+from autograder.student.checker.messages import MET_THERE, _device_mistake, _student_line, _wrong_device
 from autograder.student.checker.references import (
     _as_tuple, _device, _enable_grad, _graph_node, _is_float_tensor, _no_grad, _ones_like, _Tensor,
 )
@@ -45,7 +45,8 @@ def device_record(function, args, device="meta") -> dict:
                 returned = node.apply(*grads_in)
             record["gradients"] = [str(g.device) if isinstance(g, _Tensor) else None for g in _as_tuple(returned)]
     except Exception as error:  # noqa: BLE001 - the student's code raised: the record says what
-        record.update(stage=stage, error=f"{type(error).__name__}: {error}"[:600], line=_student_line(error))
+        record.update(stage=stage, error=f"{type(error).__name__}: {error}"[:600],
+                      line=_student_line(error, MET_THERE))
     return record
 
 

@@ -40,8 +40,28 @@ def as_data(value):
 
 
 def short(value) -> str:
-    text = repr(value)
+    """``value``'s repr on one line (a tensor's rows joined), cut to 120 characters."""
+    return _cut(repr(value))
+
+
+def _cut(text: str) -> str:
+    text = " ".join(text.split())
     return text if len(text) <= 120 else text[:117] + "..."
+
+
+def first_difference(got, want, rtol: float, atol: float, where: str = "") -> tuple[str, object, object]:
+    """Where two results that differ first differ: a path of keys and indices (``['gradients'][0]``, or ``""``
+    where their shapes of data differ at the top), and the two values there."""
+    if isinstance(want, dict) and isinstance(got, dict) and set(got) == set(want):
+        pairs = [(f"[{key!r}]", got[key], want[key]) for key in want]
+    elif isinstance(want, (list, tuple)) and isinstance(got, (list, tuple)) and len(got) == len(want):
+        pairs = [(f"[{i}]", g, w) for i, (g, w) in enumerate(zip(got, want))]
+    else:
+        return where, got, want
+    for step, g, w in pairs:
+        if not same_data(g, w, rtol, atol):
+            return first_difference(g, w, rtol, atol, where + step)
+    return where, got, want
 
 
 def _copies(args) -> list:
@@ -60,8 +80,26 @@ def check_with(harness, function, reference, *args, rtol: float = 1e-9, atol: fl
     """Check that ``harness(function, *args)`` gives what ``harness(reference, *args)`` gives."""
     got, want = as_data(harness(function, *_copies(args))), as_data(harness(reference, *_copies(args)))
     if not same_data(got, want, rtol, atol):
-        raise AssertionError(with_message(harness.__name__, getattr(function, "__name__", "yours"), got, want))
+        raise AssertionError(with_message(harness.__name__, getattr(function, "__name__", "yours"), got, want,
+                                          rtol, atol))
 
 
-def with_message(harness: str, name: str, got, want) -> str:
-    return f"{harness} with your {name} gives {short(got)}; with a right {name} it gives {short(want)}"
+def with_message(harness: str, name: str, got, want, rtol: float, atol: float) -> str:
+    """What differs between ``harness``'s result with the student's ``name`` and with a right one: the first
+    entry that differs, named by its keys and indices, not the whole result (a report of several tensors)."""
+    where, got, want = first_difference(got, want, rtol, atol)
+    same_shape = isinstance(got, _Tensor) and isinstance(want, _Tensor) and got.shape == want.shape
+    got, want = (short(got), short(want)) if same_shape else (_brief(got), _brief(want))
+    if not where:
+        return f"{harness} with your {name} gives {got}; with a right {name} it gives {want}"
+    return f"{harness}(...){where} with your {name} is {got}; with a right {name} it is {want}"
+
+
+def _brief(value) -> str:
+    """``value`` with each tensor in it as its shape: where shapes differ (or a tensor stands for None), the values
+    do not matter."""
+    if isinstance(value, _Tensor):
+        return f"a tensor of shape {list(value.shape)}"
+    if isinstance(value, (list, tuple)):
+        return _cut(f"[{', '.join(_brief(v) for v in value)}]")
+    return short(value)

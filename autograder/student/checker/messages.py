@@ -143,7 +143,7 @@ def _run_student(stage: str, call, inputs: _Inputs):
     except Exception as err:  # noqa: BLE001 - any student error becomes an explanation
         made = _device_mistake(str(err), inputs.device)
         if made:
-            raise _StudentError(_wrong_device(stage, made, inputs.device) + _student_line(err)) from None
+            raise _StudentError(_wrong_device(stage, made, inputs.device) + _student_line(err, MET_THERE)) from None
         legacy = _legacy_style(err, inputs.undecorated)
         message = _explain(err, stage, inputs.names)
         raise _StudentError(message.rstrip(".") + legacy if legacy else message) from None
@@ -189,14 +189,18 @@ def _explain(err: Exception, stage: str, names: list[str]) -> str:
     return f"{stage} raised {type(err).__name__}: {text}{_student_line(err)}"
 
 
-def _student_line(err: BaseException) -> str:
-    """' (line N: code)' for the last traceback frame outside torch and this package."""
+# A device mistake's line is where the stray tensor met the inputs' tensors, not always where it was made.
+MET_THERE = "the tensors met in"
+
+
+def _student_line(err: BaseException, lead: str = "in") -> str:
+    """' (in backward, line N: code)' for the last traceback frame outside torch and this package."""
     frames = [f for f in traceback.extract_tb(err.__traceback__)
               if not f.filename.startswith(_LIBRARY_DIRS)]
     if not frames:
         return ""
     frame = frames[-1]
-    return f" (in {frame.name}, line {frame.lineno}: {frame.line.strip() if frame.line else '?'})"
+    return f" ({lead} {frame.name}, line {frame.lineno}: {frame.line.strip() if frame.line else '?'})"
 
 
 def _legacy_style(err: Exception, undecorated: tuple) -> str:
@@ -438,3 +442,11 @@ def _output_label(k: int, count: int, what: str = "forward's output") -> str:
 
 def _count(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def _a_value_of_type(value) -> str:
+    """'None', 'an int', 'a float', 'a tuple': what a non-tensor argument is, in words."""
+    if value is None:
+        return "None"
+    kind = type(value).__name__
+    return f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}"

@@ -84,6 +84,25 @@ def test_check_device_names_the_line_that_mixed_the_devices():
     assert "torch.ones(y.shape, dtype=y.dtype)" in message, "the student's line, as the checker shows it elsewhere"
 
 
+class PositionsOnCpu(torch.autograd.Function):  # as 04's CentreOfMassOnCpu: made on one line, used on the next
+    @staticmethod
+    def forward(ctx, p):
+        ctx.n = p.shape[-1]
+        return (torch.arange(ctx.n, dtype=p.dtype, device=p.device) * p).sum(-1)
+
+    @staticmethod
+    def backward(ctx, grad):
+        positions = torch.arange(ctx.n, dtype=grad.dtype)  # no device=
+        return grad.unsqueeze(-1) * positions
+
+
+def test_check_device_says_its_line_is_where_the_stray_tensor_met_the_inputs_not_where_it_was_made():
+    message = _failure(lambda: check_device(PositionsOnCpu, torch.rand(3, 5)))
+    assert "your backward made a CPU tensor" in message
+    assert "(the tensors met in backward, line " in message, message
+    assert message.endswith(": return grad.unsqueeze(-1) * positions)"), message
+
+
 class ForwardReturnsCpu(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x):
