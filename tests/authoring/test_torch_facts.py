@@ -274,6 +274,9 @@ def test_centre_of_mass_matches_torch_and_its_integer_output_gets_integer_zeros(
     (torchs,) = torch.autograd.grad((reference * torch.tensor([1.0, -2.0], dtype=torch.float64)).sum(), p)
     assert torch.allclose(mine, torchs, rtol=1e-12, atol=0)
     assert (mine[0] * 4).tolist() == [-1.0, 0.0, 1.0, 2.0]  # row 0, centre 1: negative left of it, zero at it
+    (plain,) = torch.autograd.grad(function.apply(p)[0].sum(), p)  # the notebook's loss, centre.sum()
+    # the sign of i - c: zero at the centre (row 0, position 1), positive where the mass is 0 (row 0, position 3)
+    assert (plain * 16).tolist() == [[-4.0, 0.0, 4.0, 8.0], [-11.0, -7.0, -3.0, 1.0]]
     masses = (torch.rand(3, 5, dtype=torch.float64) + 0.1).requires_grad_()
     assert torch.autograd.gradcheck(lambda p: function.apply(p)[0], (masses,))
 
