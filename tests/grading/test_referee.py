@@ -553,3 +553,25 @@ def test_the_referee_names_the_entry_of_a_harness_report_that_differs():
     assert failure.startswith("gradients_report(...)['gradients'][0] with your Twice is tensor([[3., 3., 3.], "
                               "[3., 3., 3.]]); with a right Twice it is tensor([[2., 2., 2.], [2., 2., 2.]]) "
                               "(found by the grader's own check"), failure
+
+
+
+TOP_K = NOTEBOOK.parents[2] / "solutions" / "04_multiple_inputs_and_outputs" / "04_multiple_inputs_and_outputs.ipynb"
+
+
+def test_an_error_only_a_hidden_test_meets_says_which_method_raised_and_on_which_line(tmp_path):
+    """04's TopK scattering into dim 0 passes the visible test (one row) and raises in the hidden ones (3-D
+    inputs), which the referee runs with the examinee: its message says `backward raised` and the student's
+    line, as the notebook's own check_function does for the same mistake."""
+    notebook = json.loads(TOP_K.read_text())
+    for cell in notebook["cells"]:
+        if cell["metadata"].get("nbgrader", {}).get("grade_id") == "top_k":
+            source = "".join(cell["source"])
+            assert "grad_x.scatter(-1, indices, grad_values)" in source
+            cell["source"] = source.replace("grad_x.scatter(-1, indices, grad_values)", "grad_x.scatter(0, indices, grad_values)")
+    cells = cells_to_run(notebook)
+    result = execute(cells, str(tmp_path), Limits(cell_timeout=60), {}, referee.trusted_cells(json.loads(TOP_K.read_text())))
+    [error] = _errors(result, cells, "test_top_k_backward")
+    assert "TopK: backward raised RuntimeError: index" in error, error
+    assert "(in backward, line 17: return grad_x.scatter(0, indices, grad_values), None)" in error, error
+    assert "found by the grader's own check" in error, error

@@ -25,6 +25,7 @@ from autograder.student.checker import diagnoses
 from autograder.student.checker.callables import argument_names, graph_names
 from autograder.student.checker.devices import device_record
 from autograder.student.checker.harness import as_data
+from autograder.student.checker.messages import _student_line
 from autograder.student.checker.references import _autograd_grad, _enable_grad, _equal, _Function, _Module
 from autograder.student.checker.saved import saved_record
 from autograder.student.checker.transforms import KINDS, fresh, run_transform
@@ -43,6 +44,7 @@ def answer(request: dict, namespace: dict, harnesses: dict | None = None) -> dic
 
     ``namespace`` holds the student's objects; ``harnesses`` the instructor's functions ``check_with``
     runs them with (the same namespace when not given)."""
+    stage = None  # "forward" or "backward" while the student's Function runs, as check_function says it
     try:
         run = _target(request, namespace)
         if isinstance(run, str):
@@ -58,6 +60,7 @@ def answer(request: dict, namespace: dict, harnesses: dict | None = None) -> dic
         leaves = [a.requires_grad_(True) if wanted else a for a, wanted in zip(args, request["grad"])]
         call = [a.clone() if wanted and request["inplace"] else a for a, wanted in zip(leaves, request["grad"])]
         watching = bool(request.get("forbid_autograd"))
+        stage = "forward"
         with _enable_grad(), (Watch() if watching else contextlib.nullcontext()) as in_forward:
             outputs = run(*call)
         if isinstance(outputs, (types.GeneratorType, map, filter, zip)):  # an iterable result is read as a list
@@ -73,16 +76,21 @@ def answer(request: dict, namespace: dict, harnesses: dict | None = None) -> dic
             used = [(o, decode(u)) for o, u in zip(outputs, upstream) if u is not None]
             wrt = [leaf for leaf, wanted in zip(leaves, request["grad"]) if wanted]
             kept = [u.clone() for _, u in used]
+            stage = "backward"
             with Watch() if watching else contextlib.nullcontext() as in_backward:
                 grads = iter(_autograd_grad([o for o, _ in used], wrt, [u for _, u in used], allow_unused=True))
             if watching and not reply["autograd_in_backward"]:
                 reply["autograd_in_backward"] = in_backward.found(graph_nodes(outputs))
             reply["upstream_modified"] = any(not _equal(u, k) for (_, u), k in zip(used, kept))
             reply["grads"] = [_encode_output(next(grads)) if wanted else {"value": None} for wanted in request["grad"]]
+        stage = None
         reply["transforms"] = [_answer_transform(run, request["args"], t) for t in request.get("transforms") or []]
         return reply
     except Exception as error:  # the student's code failed: the referee says so in the test cell
-        return {"error": f"{type(error).__name__}: {str(error)[:300]}"}
+        failed = {"error": f"{type(error).__name__}: {str(error)[:300]}"}
+        if stage is not None:  # where, as the notebook's own check_function says it
+            failed.update(stage=stage, line=_student_line(error)[:300])
+        return failed
 
 
 def _answer_diagnosis(function, request: dict) -> dict:

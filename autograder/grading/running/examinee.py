@@ -29,6 +29,7 @@ from __future__ import annotations
 import ast
 import builtins
 import json
+import linecache
 import os
 import shutil
 import signal
@@ -278,14 +279,18 @@ def _namespace(name: str) -> dict:
 
 
 def _compiled(source: str, filename: str):
-    """A cell's code; IPython's syntax (magics) as IPython turns it into Python; its own SyntaxError if neither."""
+    """A cell's code; IPython's syntax (magics) as IPython turns it into Python; its own SyntaxError if neither.
+    Its lines go to linecache, so that an error in it names the student's line, as in the notebook."""
     try:
-        return compile(source, filename, "exec")
+        code = compile(source, filename, "exec")
     except SyntaxError as error:
         try:
-            return compile(ipython_python(source), filename, "exec")
+            source = ipython_python(source)
+            code = compile(source, filename, "exec")
         except SyntaxError:
             raise error from None
+    linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
+    return code
 
 
 def _run_whole(source: str, namespace: dict, limit: float) -> None:

@@ -382,7 +382,11 @@ def _unanswered(reply) -> str | None:
     if reply.get("error") is not None:
         from autograder.student.checker.messages import student_error
 
-        return student_error(str(reply["error"])[:300])
+        said = student_error(str(reply["error"])[:300])
+        stage, line = reply.get("stage"), reply.get("line")
+        if said.startswith("raised ") and stage in ("forward", "backward") and isinstance(line, str):
+            return f"{stage} {said}{line[:300]}"  # as check_function says it: "backward raised ... (in backward, line N: ...)"
+        return said
     return None
 
 
