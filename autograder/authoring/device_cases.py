@@ -74,7 +74,7 @@ class ExpSavesInput(Function):
         return grad_output * x.exp()
 
 
-class ExpForwardOnCpu(Function):
+class ExpForwardOnCpu(Exp):
     """A device mistake in forward: it adds torch.zeros(shape), made on the CPU."""
 
     @staticmethod
@@ -82,11 +82,6 @@ class ExpForwardOnCpu(Function):
         y = x.exp() + torch.zeros(x.shape, dtype=x.dtype)
         ctx.save_for_backward(y)
         return y
-
-    @staticmethod
-    def backward(ctx, grad_output):
-        (y,) = ctx.saved_tensors
-        return grad_output * y
 
 
 class Scale(Function):
