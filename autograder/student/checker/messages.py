@@ -406,9 +406,8 @@ def _broadcasts_to(shape, target) -> bool:
 
 def _difference(expected, got) -> str:
     """Where and by how much ``got`` differs from ``expected`` (shown from CPU float64 copies)."""
-    moved = f"It is on {got.device}, expected on {expected.device}. " if got.device != expected.device else ""
-    if moved:
-        return moved.rstrip()
+    if got.device != expected.device:
+        return f"It is on {got.device}, expected on {expected.device}."
     expected = expected.detach().cpu().to(_float64)
     got = got.detach().cpu().to(_float64)
     error = (got - expected).abs()
