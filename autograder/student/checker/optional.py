@@ -13,7 +13,7 @@ from autograder.student.checker.messages import (
 )
 from autograder.student.checker.references import (
     _allclose, _as_float64, _as_tuple, _autograd_grad, _close, _compiler_reset, _dual_level, _enable_grad,
-    _draw, _equal, _func_vjp, _Generator, _Inputs, _make_dual, _randperm, _stack,
+    _draw, _equal, _func_vjp, _Generator, _Inputs, _make_dual, _precise_dtype, _randperm, _stack,
     _is_float_tensor, _StudentError, _Tensor, _torch_compile, _unpack_dual, _vmap, _zeros_like,
 )
 from autograder.student.checker.transforms import COMPILE_BACKEND
@@ -117,7 +117,7 @@ def _check_forward_ad(function, reference, inputs, report, rtol, atol) -> None:
     """Output tangents from the Function's ``jvp`` against forward-mode AD on the reference."""
     label = "forward-mode AD (jvp)"
     gen = _Generator().manual_seed(2468)
-    tangents = [_draw(a.shape, gen, a.dtype, a.device) for a in _leaves(inputs)]
+    tangents = _drawn_for_inputs(inputs, gen)
     expected = _expected_tangents(reference, inputs, tangents)
     got = _student_tangents(function, inputs, tangents, label)
     if len(got) != len(expected):
@@ -178,7 +178,7 @@ def _check_double_backward(function, reference, inputs, report, rtol, atol) -> N
     used = [k for k, o in enumerate(ref_outputs) if isinstance(o, _Tensor) and o.requires_grad]
     upstream = _upstream(ref_outputs, used, 99)
     gen = _Generator().manual_seed(1357)
-    directions = [_draw(a.shape, gen, a.dtype, a.device) for a in _leaves(inputs)]
+    directions = _drawn_for_inputs(inputs, gen)
     names = [f"`{inputs.names[i]}`" for i in inputs.tensor_positions]
     names += ["grad_output" if len(used) == 1 else f"the grad_output of output {k}" for k in used]
 
@@ -329,6 +329,8 @@ def _permuted(value, gen):
     return flat[_randperm(flat.numel(), generator=gen).to(flat.device)].reshape(value.shape)
 
 
-def _leaves(inputs: _Inputs) -> list:
-    """The float tensor inputs as the checks differentiate them: in the checker's precision, on their device."""
-    return [_as_float64(inputs.args[i]) for i in inputs.tensor_positions]
+def _drawn_for_inputs(inputs: _Inputs, gen) -> list:
+    """Seeded random tensors (tangents, directions), one per float tensor input: its shape, in the checker's
+    precision, on its device (read from the input, not from a copy of it)."""
+    return [_draw(a.shape, gen, _precise_dtype(a.device), a.device)
+            for a in (inputs.args[i] for i in inputs.tensor_positions)]
