@@ -84,7 +84,7 @@ def illustrative_record(folder=DATA_DIR) -> dict:
 
 def reference_gpu_record(folder=DATA_DIR) -> dict | None:
     """The GPU reference record in ``folder`` (CUDA first, then mps), or None if none was made."""
-    records = (load_record(Path(folder) / f"reference_{device}.json") for device in ("cuda", "mps"))
+    records = (reference_record(device, folder) for device in ("cuda", "mps"))
     return next((data for data in records if data is not None), None)
 
 
