@@ -26,7 +26,6 @@ import contextlib
 import datetime
 import io
 import json
-import linecache
 import os
 import platform
 import subprocess
@@ -34,6 +33,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from autograder.authoring.notebook_script import compile_cell
 
 NOTEBOOK = Path(__file__).resolve().parents[2] / "solutions" / "10_triton_kernels" / "10_triton_kernels.ipynb"
 CELLS = ("setup", "tiles", "bias_gelu_forward", "cell-backward-reference", "bias_gelu_backward",
@@ -61,10 +62,9 @@ def solution_namespace(notebook: Path = NOTEBOOK) -> dict:
     cells = {cell.get("id"): "".join(cell["source"]) for cell in json.loads(notebook.read_text())["cells"]}
     namespace = {"__name__": "solution_10"}
     for name in CELLS:
-        filename = f"<{notebook.stem} cell {name}>"
-        linecache.cache[filename] = (len(cells[name]), None, cells[name].splitlines(keepends=True), filename)
         with contextlib.redirect_stdout(io.StringIO()):  # the setup cell says where kernels run
-            exec(compile(cells[name], filename, "exec"), namespace)  # noqa: S102 - the course's own notebook
+            code = compile_cell(cells[name], f"<{notebook.stem} cell {name}>")
+            exec(code, namespace)  # noqa: S102 - the course's own notebook
     return namespace
 
 

@@ -35,6 +35,14 @@ def code_cells(notebook: dict) -> list[str]:
     return cells
 
 
+def compile_cell(source: str, filename: str):
+    """``source`` compiled under ``filename``, its lines put in ``linecache`` first, as IPython does, so that
+    inspect.getsource finds them (Triton's @triton.jit reads its function's source: "@jit functions should
+    be defined in a Python file")."""
+    linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
+    return compile(source, filename, "exec")
+
+
 def run_notebook(path, tail: int = 1500) -> list[dict]:
     """Run ``path``'s code cells in order in one namespace, in its folder; one row per cell run."""
     os.environ.setdefault("MPLBACKEND", "Agg")
@@ -58,12 +66,8 @@ def run_notebook(path, tail: int = 1500) -> list[dict]:
             start = time.perf_counter()
             error = None
             try:
-                filename = f"<{path.name} cell {number}>"
-                # As IPython does: the cell's source in linecache, so inspect.getsource finds it (Triton's
-                # @triton.jit reads its function's source: "@jit functions should be defined in a Python file").
-                linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
                 with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
-                    exec(compile(source, filename, "exec"), namespace)  # noqa: S102
+                    exec(compile_cell(source, f"<{path.name} cell {number}>"), namespace)  # noqa: S102
             except BaseException as raised:  # noqa: BLE001 - the report says what the cell raised
                 error = "".join(traceback.format_exception_only(type(raised), raised)).strip()[-tail:]
             finally:
