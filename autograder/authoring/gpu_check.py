@@ -159,6 +159,8 @@ def notebook(step: Step, path: Path = NOTEBOOK_07, hide_gpu: bool = False, timeo
     """``path``'s code cells in order, as plain Python, in a process of their own (with no GPU visible)."""
     import torch
 
+    from autograder.authoring.notebook_script import read_code_cells
+
     if hide_gpu and torch.version.cuda is None:
         step.summary = "skipped: this torch has no CUDA build, so there is no GPU to hide"
         return
@@ -170,7 +172,7 @@ def notebook(step: Step, path: Path = NOTEBOOK_07, hide_gpu: bool = False, timeo
         ran = subprocess.run([sys.executable, "-m", "autograder.authoring.notebook_script", str(path), "--json",
                               str(rows_file)], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
         rows = json.loads(rows_file.read_text()) if rows_file.exists() else []
-    total = len(_code_cells(path))
+    total = len(read_code_cells(path))
     step.data = {"cells": rows, "code_cells": total, "stderr_tail": ran.stderr[-2000:]}
     ok = ran.returncode == 0 and len(rows) == total and all(r["ok"] for r in rows)
     step.status = "passed" if ok else "failed"
@@ -179,12 +181,6 @@ def notebook(step: Step, path: Path = NOTEBOOK_07, hide_gpu: bool = False, timeo
                     f"{sum(r['seconds'] for r in rows):.0f} s" + (f"; cell {failed['cell']}: {failed['error']}"
                                                                   if failed else "")
                     + ("" if ok or failed else f"; the process ended with {ran.returncode}: {ran.stderr[-500:]}"))
-
-
-def _code_cells(path: Path) -> list[str]:
-    from autograder.authoring.notebook_script import code_cells
-
-    return code_cells(json.loads(path.read_text(encoding="utf-8")))
 
 
 def recorder(step: Step, out: Path, device: str = "cuda", sweep: dict = SWEEP, options: tuple = (),

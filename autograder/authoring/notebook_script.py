@@ -35,6 +35,11 @@ def code_cells(notebook: dict) -> list[str]:
     return cells
 
 
+def read_code_cells(path) -> list[str]:
+    """``code_cells`` of the notebook file at ``path``."""
+    return code_cells(json.loads(Path(path).read_text(encoding="utf-8")))
+
+
 def compile_cell(source: str, filename: str):
     """``source`` compiled under ``filename``, its lines put in ``linecache`` first, as IPython does, so that
     inspect.getsource finds them (Triton's @triton.jit reads its function's source: "@jit functions should
@@ -61,7 +66,7 @@ def run_notebook(path, tail: int = 1500) -> list[dict]:
     os.chdir(path.parent)
     sys.modules["__main__"] = module
     try:
-        for number, source in enumerate(code_cells(json.loads(path.read_text(encoding="utf-8"))), 1):
+        for number, source in enumerate(read_code_cells(path), 1):
             printed = io.StringIO()
             start = time.perf_counter()
             error = None
@@ -94,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     for row in rows:
         state = "ok" if row["ok"] else f"FAILED: {row['error']}"
         print(f"cell {row['cell']:3d} {row['seconds']:7.2f} s  {state}")
-    total = len(code_cells(json.loads(args.notebook.read_text(encoding="utf-8"))))
+    total = len(read_code_cells(args.notebook))
     print(f"{sum(r['ok'] for r in rows)} of {total} code cells ran")
     return 0 if len(rows) == total and all(r["ok"] for r in rows) else 1
 
