@@ -93,7 +93,7 @@ def grade(course: Course, assignment: str, jobs: int | None = None, limits: Limi
     jobs = jobs or os.cpu_count() or 1
     limits = limits or Limits(threads=max(1, (os.cpu_count() or 1) // jobs))
     try:  # the sandbox each notebook runs in (autograder.grading.running.sandbox); Dask workers decide their own
-        limits = confine(limits, [course.root, course.grading, course.solutions], here=not scheduler)
+        limits = confine(limits, course.hidden_from_notebooks, here=not scheduler)
     except SandboxRefused as error:
         raise CourseError(str(error)) from None
     if limits.sandbox in sandbox.MODES:
