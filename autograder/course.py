@@ -85,6 +85,11 @@ class Course:
     def grading(self) -> Path:
         return self.root / "grading"
 
+    @property
+    def hidden_from_notebooks(self) -> list[Path]:
+        """The folders a notebook's sandbox hides, alike when ``grade`` runs it and when ``check`` does."""
+        return [self.root, self.grading, self.solutions]
+
     def assignments(self) -> list[str]:
         """Assignment ids: the folders of ``solutions/`` (``course/`` where there are no solutions), in order."""
         folder = self.solutions if self.has_solutions else self.release

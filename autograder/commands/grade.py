@@ -67,10 +67,10 @@ def run(args, course: Course) -> int:
     if not rows:
         raise CourseError(f"no submissions of {args.assignment} in {course.grading / 'submitted'}: "
                           f"run `python -m autograder collect {args.assignment} SOURCE` first")
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r.status] = counts.get(r.status, 0) + 1
     if args.json:
-        counts: dict[str, int] = {}
-        for r in rows:
-            counts[r.status] = counts.get(r.status, 0) + 1
         print_json({"assignment": args.assignment, "grades_csv": course.grading / GRADES_CSV, "counts": counts,
                     "students_with_problems": len(with_problems(rows)),
                     "points_in_process": max((r.points_in_process for r in rows), default=0.0),
@@ -82,20 +82,17 @@ def run(args, course: Course) -> int:
         return 0
     print_table(["student", "score", "status"],
                 ([r.student_id, f"{r.score:g} / {r.max_score:g}", status(r)] for r in rows), right=["score"])
-    counts: dict[str, int] = {}
-    for r in rows:
-        counts[r.status] = counts.get(r.status, 0) + 1
     print(decided_by_whom(rows))
     problems = len(with_problems(rows))  # (the table above names them, with why)
     print(", ".join(f"{n} {s}" for s, n in counts.items()) + f"; wrote {course.grading / GRADES_CSV}; "
-          f"{problems} student{'s' * (problems != 1)} with problems")
+          f"{count(problems, 'student')} with problems")
     reasons: dict[str, list[str]] = {}
     for r in rows:
         if r.regraded:
             reasons.setdefault(r.regraded, []).append(r.student_id)
     # What this run did, on stderr: the grades above are the same whichever run graded them.
     for reason, students in reasons.items():
-        print(f"regraded {len(students)} submission{'s' * (len(students) != 1)} because {reason}: "
+        print(f"regraded {count(len(students), 'submission')} because {reason}: "
               f"{', '.join(students)}", file=sys.stderr)
     reused = sum(r.reused for r in rows)
     if reused:

@@ -64,13 +64,9 @@ class Contained:
             self._zero(task.student_id, task.notebook_id)
             Path(task.cwd).mkdir(parents=True, exist_ok=True)
             write_problem_notebook(Path(task.cwd) / f"{task.notebook_id}.ipynb", problem)
-            row, left = self.pending[task.student_id]
+            row, _ = self.pending[task.student_id]
             worsen(row, "invalid notebook", problem)
-            self.pending[task.student_id] = (row, left - 1)
-            if left - 1:
-                return None
-            del self.pending[task.student_id]
-            return self.finish_student(task.student_id, row)
+            return self.notebook_done(task.student_id)
 
     def unusable(self, student: str, problem: str) -> Row:
         """The row of a submission the grader could not handle at all, with its staging folder made ready to

@@ -93,7 +93,7 @@ def grade(course: Course, assignment: str, jobs: int | None = None, limits: Limi
     jobs = jobs or os.cpu_count() or 1
     limits = limits or Limits(threads=max(1, (os.cpu_count() or 1) // jobs))
     try:  # the sandbox each notebook runs in (autograder.grading.running.sandbox); Dask workers decide their own
-        limits = confine(limits, [course.root, course.grading, course.solutions], here=not scheduler)
+        limits = confine(limits, course.hidden_from_notebooks, here=not scheduler)
     except SandboxRefused as error:
         raise CourseError(str(error)) from None
     if limits.sandbox in sandbox.MODES:
@@ -394,17 +394,22 @@ class _Grader(Contained):
                      AssignLatePenalties, CheckCellMetadata):
             nb, resources = kind(config=self.config)(nb, resources)
         nbformat.write(nb, path)
-        row, left = self.pending[task.student_id]
+        row, _ = self.pending[task.student_id]
         row.points_in_process += points_in_process(nb, execution.decided)
         if execution.status != "graded":
             where = _cell_name(nb, execution.cell)
             worsen(row, execution.status, f"{task.notebook_id}, {where}"
                                            f"{': ' + execution.detail if execution.detail else ''}")
-        self.pending[task.student_id] = (row, left - 1)
+        return self.notebook_done(task.student_id)
+
+    def notebook_done(self, student: str) -> Row | None:
+        """Count one of the student's notebooks as scored; after their last one, finish the student."""
+        row, left = self.pending[student]
+        self.pending[student] = (row, left - 1)
         if left - 1:
             return None
-        del self.pending[task.student_id]
-        return self.finish_student(task.student_id, row)
+        del self.pending[student]
+        return self.finish_student(student, row)
 
     def finish_student(self, student: str, row: Row) -> Row:
         """Move the graded folder into place, marked with what was graded; read the score."""

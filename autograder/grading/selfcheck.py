@@ -157,11 +157,10 @@ def _read(path: Path) -> dict:
 
 def sandboxed(course: Course, limits: Limits) -> tuple[Limits, str]:
     """``limits`` in grade's sandbox for this course (its folders hidden); where the machine allows none, none."""
-    hidden = [course.root, course.grading, course.solutions]
     try:
-        limits = confine(limits, hidden)
+        limits = confine(limits, course.hidden_from_notebooks)
     except SandboxRefused:
-        limits = confine(replace(limits, sandbox="off"), hidden)
+        limits = confine(replace(limits, sandbox="off"), course.hidden_from_notebooks)
     return limits, limits.sandbox
 
 

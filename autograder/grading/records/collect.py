@@ -33,7 +33,7 @@ from typing import BinaryIO, Callable
 
 from autograder.course import Course, CourseError
 from autograder.grading.records.handed_in import SubmissionTimes, write_mark
-from autograder.grading.records.lms import Layout, Roster, detect, parse_timestamp, resubmission_key
+from autograder.grading.records.lms import Layout, Roster, detect, parse_timestamp, resubmission_key, shown
 from autograder.grading.records.submissions import InvalidNotebook, read_submission
 
 MAX_NOTEBOOK_BYTES = 50_000_000
@@ -82,19 +82,19 @@ class CollectResult:
 
     def summary(self) -> str:
         """One line for the instructor, e.g. ``bob: collected a.ipynb (from "Untitled.ipynb")``."""
-        who = _shown(self.student_id) if self.student_id is not None else "(outside student folders)"
+        who = shown(self.student_id) if self.student_id is not None else "(outside student folders)"
         parts = []
         if self.collected:
             parts.append("collected " + ", ".join(
-                f'{n} (from "{_shown(self.renamed[n])}")' if n in self.renamed else n for n in self.collected))
+                f'{n} (from "{shown(self.renamed[n])}")' if n in self.renamed else n for n in self.collected))
         elif self.student_id is not None:
             parts.append("nothing collected")
         if self.missing:
             parts.append("missing " + ", ".join(self.missing))
-        parts += [f"{n} cannot be graded: {_shown(why)}" for n, why in self.invalid.items()]
+        parts += [f"{n} cannot be graded: {shown(why)}" for n, why in self.invalid.items()]
         if self.unexpected:
-            parts.append("ignored " + ", ".join(f'"{_shown(n)}"' for n in self.unexpected))
-        parts += [_shown(p) for p in self.problems + self.warnings + self.notes]
+            parts.append("ignored " + ", ".join(f'"{shown(n)}"' for n in self.unexpected))
+        parts += [shown(p) for p in self.problems + self.warnings + self.notes]
         return f"{who}: " + "; ".join(parts)
 
 
@@ -189,7 +189,7 @@ def _collect_entries(entries: list[_Entry], outside: CollectResult, described: s
             continue  # Blackboard's submission receipt: nothing to collect
         if groups is None or not groups.get("file_id"):
             if entry.refused:
-                outside.problems.append(f'refused "{_shown("/".join(entry.parts))}": {entry.refused}')
+                outside.problems.append(f'refused "{shown("/".join(entry.parts))}": {entry.refused}')
             else:
                 outside.unexpected.append("/".join(entry.parts))
             continue
@@ -217,7 +217,7 @@ def _collect_entries(entries: list[_Entry], outside: CollectResult, described: s
         students.setdefault(student, []).append(_Entry(parts, entry.size, handed_in or entry.modified, entry.open,
                                                        entry.refused, handed_in=handed_in))
     if not students and not unknown:
-        found = f" (found only: {', '.join(_shown(n) for n in outside.unexpected + outside.problems)})" \
+        found = f" (found only: {', '.join(shown(n) for n in outside.unexpected + outside.problems)})" \
             if outside.unexpected or outside.problems else ""
         raise CollectError(f"no student folders in {described}{found}; expected "
                            f"<student_id>/{how.expected[0]} for each student, a download from Canvas, Moodle "
@@ -241,8 +241,8 @@ def _latest_attempts(entries: list[_Entry], result: CollectResult) -> list[_Entr
         latest = found[-1][2]
         kept.append(latest)
         if len(found) > 1:
-            older = ", ".join(f'"{_shown("/".join(e.parts[1:]))}"{_when(e)}' for _, _, e in found[:-1])
-            result.notes.append(f'resubmitted: kept the latest, "{_shown("/".join(latest.parts[1:]))}"'
+            older = ", ".join(f'"{shown("/".join(e.parts[1:]))}"{_when(e)}' for _, _, e in found[:-1])
+            result.notes.append(f'resubmitted: kept the latest, "{shown("/".join(latest.parts[1:]))}"'
                                 f"{_when(latest)}, not {older}")
     return kept
 
@@ -264,7 +264,7 @@ def _collect_student(result: CollectResult, entries: list[_Entry], how: _How, gr
     for entry in entries:
         name = "/".join(entry.parts[1:])
         if entry.refused:
-            result.problems.append(f'refused "{_shown(name)}": {entry.refused}')
+            result.problems.append(f'refused "{shown(name)}": {entry.refused}')
         else:
             files[name] = entry
     own_time = _own_timestamp(files.pop("timestamp.txt", None), result)
@@ -407,10 +407,10 @@ def _zip_entries(archive: zipfile.ZipFile, outside: CollectResult) -> list[_Entr
         name = info.filename.replace("\\", "/")
         parts = tuple(p for p in name.split("/") if p not in ("", "."))
         if name.startswith("/") or re.match(r"[A-Za-z]:", name):
-            outside.problems.append(f'refused "{_shown(info.filename)}": an absolute path')
+            outside.problems.append(f'refused "{shown(info.filename)}": an absolute path')
             continue
         if ".." in parts:
-            outside.problems.append(f'refused "{_shown(info.filename)}": the path leaves the folder (..)')
+            outside.problems.append(f'refused "{shown(info.filename)}": the path leaves the folder (..)')
             continue
         modified, bad_date = _zip_time(info)
         if info.is_dir() and parts and not _is_junk(parts):
@@ -454,8 +454,3 @@ def _is_junk(parts: tuple[str, ...]) -> bool:
 
 def _size(n: int) -> str:
     return f"{n / 1e6:,.0f} MB" if n >= 1e6 else f"{n:,} bytes"
-
-
-def _shown(name: str) -> str:
-    """An untrusted name, safe to print on one line."""
-    return name if name.isprintable() else repr(name)[1:-1]

@@ -48,8 +48,12 @@ def is_valid_student_id(name: str) -> bool:
 
 def invalid_student_id(name: str) -> str:
     """The one-line message for an id that is not valid."""
-    shown = name if name.isprintable() else repr(name)[1:-1]
-    return f"invalid student id '{shown[:120]}': {STUDENT_ID_RULE}"
+    return f"invalid student id '{shown(name)[:120]}': {STUDENT_ID_RULE}"
+
+
+def shown(name: str) -> str:
+    """An untrusted name, safe to print on one line."""
+    return name if name.isprintable() else repr(name)[1:-1]
 
 
 @dataclass(frozen=True)
