@@ -156,6 +156,9 @@ class BuiltBook:
     executed: list[str]  # notebooks the build ran
 
 
+# A real 1x1 PNG: what a phone photo of a handwritten derivation becomes when pasted into Jupyter.
+PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+
 CLASS_REPOSITORY = "https://github.com/example-class/autograd-2027"  # a students' repository, as an instructor names it
 
 

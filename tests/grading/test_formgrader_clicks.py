@@ -18,9 +18,8 @@ import pytest
 from nbgrader.api import Gradebook
 
 from autograder.course import Course
-from conftest import REPO, filled_release, jupyter_server, solution_answers
+from conftest import PNG, REPO, filled_release, jupyter_server, solution_answers
 from test_grading import autograder
-from test_one_student import PNG
 
 pytestmark = pytest.mark.slow
 

