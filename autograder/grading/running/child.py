@@ -23,7 +23,7 @@ class CellTimeout(BaseException):
     in student code does not swallow it)."""
 
 
-def child_main(cells, cwd, limits: Limits, env, connection, judged: bool = False) -> None:
+def child_main(cells, cwd, limits: Limits, env, judged: bool, connection) -> None:
     """Run every code cell and send ("start", i) / ("end", i, outputs, count, status) / ("done",).
 
     With ``judged``, after each test cell (one with a ``grade_id``) wait until the grader says ``continue``

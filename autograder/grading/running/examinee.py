@@ -41,7 +41,7 @@ import types
 from autograder.grading.running import processes, scan
 from autograder.grading.running.child import CellTimeout
 from autograder.grading.running.confinement import Limits, isolate
-from autograder.grading.running.protocol import ProtocolError, receive, send, send_crash, tell
+from autograder.grading.running.protocol import ProtocolError, receive, send, send_crash, start, tell
 from autograder.grading.running.referee import _is_definition, _statements, ipython_python, visible_source
 from autograder.grading.running.sandbox import UID_BASE
 
@@ -97,11 +97,8 @@ class Examinee:
         self.limits, self.gone, self.timed_out, self.ready = limits, "", False, False
         self.answer_cells = sum(step["kind"] == "answer" for step in steps)
         self.folder = tempfile.mkdtemp(prefix="autograder-examinee-")
-        self.connection, their_end = context.Pipe(duplex=True)
-        self.process = context.Process(target=examinee_main, args=(steps, self.folder, limits, env, their_end),
-                                       name="autograder-examinee", daemon=True)
-        self.process.start()
-        their_end.close()
+        self.process, self.connection = start(context, examinee_main, (steps, self.folder, limits, env),
+                                              "autograder-examinee")
         self.started = processes.start_time(self.process.pid)
 
     def ask(self, requests: list) -> list | None:

@@ -54,7 +54,7 @@ from autograder.grading.running.child import child_main
 from autograder.grading.running.confinement import Limits, confine, notebook_budget
 from autograder.grading.running.environment import kept
 from autograder.grading.running.examinee import Examinee, program
-from autograder.grading.running.protocol import Messages, ProtocolError, error_output, tell
+from autograder.grading.running.protocol import Messages, ProtocolError, error_output, start, tell
 from autograder.grading.running.referee import HIDDEN_BEGIN, visible_source
 from autograder.grading.running.referee_process import RefereeProcess
 from autograder.grading.running.sandbox import UID_BASE
@@ -142,17 +142,13 @@ def execute(cells: list[dict], cwd: str, limits: Limits = Limits(),
         limits = confine(limits, [])
     result = Execution()
     context = _context()
-    receive, send = context.Pipe(duplex=True)
     judged = trusted is not None and any(c.get("grade_id") for c in cells)
     examinee = Examinee(context, program(trusted, cells), limits, env or {}) if judged else None
     referee = RefereeProcess.for_notebook(context, trusted, limits) if judged else None
     decided = referee.decided_cells() if referee is not None else set()
     result.decided = {i for i, c in enumerate(cells) if c.get("grade_id") in decided}
-    child = context.Process(target=child_main, args=(_for_the_student(cells, decided), cwd, limits, env or {}, send,
-                                                     judged),
-                            name="autograder-notebook", daemon=True)
-    child.start()
-    send.close()
+    child, receive = start(context, child_main, (_for_the_student(cells, decided), cwd, limits, env or {}, judged),
+                           "autograder-notebook")
     child_started = processes.start_time(child.pid)
     budget = Budget(notebook_budget(limits), notebook_budget(limits), [(child.pid, child_started)]
                     + ([(examinee.process.pid, examinee.started)] if examinee else []))

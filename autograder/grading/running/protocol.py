@@ -2,7 +2,8 @@
 
 Student code runs in that process and can write to its pipe, so everything read from it is
 untrusted: ``Messages`` accepts only the next expected message and nbformat-shaped outputs, and
-bounds their size. The referee's pipe uses the same framing (``send``, ``receive``, ``tell``).
+bounds their size. The referee's and the examinee's pipes use the same framing (``send``, ``receive``, ``tell``;
+``start`` starts a process with such a pipe).
 """
 
 from __future__ import annotations
@@ -148,6 +149,16 @@ def check_output(output: dict) -> None:
 def send(connection, message: list) -> None:
     """One message to the grader, as JSON bytes (the grader never unpickles what a notebook sends)."""
     connection.send_bytes(json.dumps(message, default=str).encode())
+
+
+def start(context, target, args: tuple, name: str):
+    """``target(*args, connection)`` started in a daemon process of ``context``: that process and the grader's
+    end of the pipe to it (the process's end is closed here, so the grader reads EOF once the process ends)."""
+    ours, theirs = context.Pipe(duplex=True)
+    process = context.Process(target=target, args=(*args, theirs), name=name, daemon=True)
+    process.start()
+    theirs.close()
+    return process, ours
 
 
 def send_crash(connection, error: BaseException) -> None:

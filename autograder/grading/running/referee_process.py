@@ -11,7 +11,7 @@ import threading
 import time
 
 from autograder.grading.running.confinement import Limits, isolate
-from autograder.grading.running.protocol import ProtocolError, receive, send, send_crash, tell
+from autograder.grading.running.protocol import ProtocolError, receive, send, send_crash, start, tell
 
 
 _referees = threading.local()  # each grading thread's referee process, kept from one notebook to the next
@@ -37,11 +37,7 @@ class RefereeProcess:
 
         self.limits, self.sent, self.busy, self.broken = limits, None, False, False
         self.folder = tempfile.mkdtemp(prefix="autograder-referee-")
-        self.connection, their_end = context.Pipe(duplex=True)
-        self.process = context.Process(target=referee_main, args=(self.folder, limits, their_end),
-                                       name="autograder-referee", daemon=True)
-        self.process.start()
-        their_end.close()
+        self.process, self.connection = start(context, referee_main, (self.folder, limits), "autograder-referee")
         self.end = weakref.finalize(self, _end_referee, self.process, self.connection, self.folder)
 
     @classmethod

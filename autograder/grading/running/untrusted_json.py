@@ -34,16 +34,7 @@ def _checked(value, max_depth: int):
         container, depth = stack.pop()
         if depth > max_depth:
             raise ValueError(f"nested more than {max_depth} levels deep")
-        if isinstance(container, list):
-            for index, item in enumerate(container):
-                if isinstance(item, str):
-                    fixed = _text(item)
-                    if fixed is not item:
-                        container[index] = fixed
-                elif isinstance(item, (list, dict)):
-                    stack.append((item, depth + 1))
-            continue
-        for key in list(container):
+        for key in range(len(container)) if isinstance(container, list) else list(container):
             item = container[key]
             if isinstance(item, str):
                 fixed = _text(item)
@@ -51,9 +42,10 @@ def _checked(value, max_depth: int):
                     container[key] = fixed
             elif isinstance(item, (list, dict)):
                 stack.append((item, depth + 1))
-            fixed = _text(key)
-            if fixed is not key:
-                container[fixed] = container.pop(key)
+            if isinstance(key, str):  # an object's key (a list's are its indices)
+                fixed = _text(key)
+                if fixed is not key:
+                    container[fixed] = container.pop(key)
     return value
 
 
