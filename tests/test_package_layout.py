@@ -22,6 +22,9 @@ ALLOWED = {
     "commands": {"student", "authoring", "grading"},
 }
 ROOMS = ["running", "records", "results", "top"]  # grading's rooms, lowest first
+# running's own rooms, lowest first: moving messages, keeping a notebook confined, judging it, then
+# running it (executor, warm, child, kernel, preparation at running's top level).
+RUNNING_ROOMS = ["messages", "confinement", "judging", "top"]
 MAX_LINES = 500
 
 
@@ -34,6 +37,12 @@ def room_of(module: str) -> str:
     """The room of a grading module (``top`` for grade, selfcheck, bench, demo)."""
     parts = module.split(".")
     return parts[2] if len(parts) > 2 and parts[2] in ROOMS else "top"
+
+
+def running_room_of(module: str) -> str:
+    """The room inside ``grading.running`` of one of its modules (``top`` for executor, warm, child, ...)."""
+    parts = module.split(".")
+    return parts[3] if len(parts) > 3 and parts[3] in RUNNING_ROOMS else "top"
 
 
 def module_name(path: Path) -> str:
@@ -71,6 +80,27 @@ def test_grading_rooms_import_only_downwards():
                 if ROOMS.index(room_of(module)) > ROOMS.index(room):
                     offending.append(f"{path.relative_to(PACKAGE.parent)} ({room}) imports {module} ({room_of(module)})")
     assert not offending, "\n".join(offending)
+
+
+def test_running_rooms_import_only_downwards():
+    """Inside ``grading/running/``: messages <- confinement <- judging <- the modules that run a notebook."""
+    offending = []
+    for path in sorted((PACKAGE / "grading" / "running").rglob("*.py")):
+        room = running_room_of(module_name(path))
+        for module in imported_modules(path):
+            if module.startswith("autograder.grading.running.") and \
+                    RUNNING_ROOMS.index(running_room_of(module)) > RUNNING_ROOMS.index(room):
+                offending.append(f"{path.relative_to(PACKAGE.parent)} ({room}) imports {module} ({running_room_of(module)})")
+    assert not offending, "\n".join(offending)
+
+
+def test_running_has_one_room_per_kind_of_work():
+    """Issue 39: keeping a notebook confined, judging it and moving messages each have a room of their own."""
+    running = PACKAGE / "grading" / "running"
+    for room in RUNNING_ROOMS[:-1]:
+        assert (running / room / "__init__.py").is_file(), room
+    loose = sorted(p.name for p in running.glob("*.py") if p.name != "__init__.py")
+    assert loose == ["child.py", "executor.py", "kernel.py", "preparation.py", "warm.py"], loose
 
 
 def test_the_course_model_is_the_bottom():
@@ -138,3 +168,5 @@ def test_the_rule_is_seen_by_the_check(tmp_path):
     assert "autograder.grading.grade" in imported_modules(module)
     assert wing_of("autograder.grading.grade") == "grading"
     assert room_of("autograder.grading.grade") == "top" and room_of("autograder.grading.running.executor") == "running"
+    assert running_room_of("autograder.grading.running.judging.scan") == "judging"
+    assert running_room_of("autograder.grading.running.executor") == "top"

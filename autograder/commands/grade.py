@@ -19,7 +19,7 @@ DESCRIPTION = ("Autograde every submission in grading/submitted/ into the gradeb
 
 
 def add_arguments(parser) -> None:
-    from autograder.grading.running.confinement import BUDGET_CELLS
+    from autograder.grading.running.confinement.limits import BUDGET_CELLS
 
     parser.add_argument("assignment", metavar="ASSIGNMENT")
     parser.add_argument("--jobs", "-j", type=int, default=None, help="notebooks graded at once (default: CPU cores)")
@@ -56,7 +56,7 @@ def run(args, course: Course) -> int:
     from autograder.grading.grade import grade
     from autograder.grading.records.grades import GRADES_CSV
     from autograder.grading.results.terminal import print_table
-    from autograder.grading.running.confinement import Limits
+    from autograder.grading.running.confinement.limits import Limits
 
     limits = Limits(cell_timeout=args.timeout, budget=args.budget,
                     memory=int(args.memory * 1024**3) if args.memory else None,

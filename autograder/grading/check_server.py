@@ -12,7 +12,7 @@ Safety: its Unix socket lies in a private folder (0700, owned by the user, check
 ``/tmp/autograder-check-<uid>``); it answers only its own user (``SO_PEERCRED``); a notebook cannot
 reach it (the sandbox hides those folders and refuses ``socket()``). There is one per user,
 Python environment, package version, course and set of environment variables the warm process keeps
-(``autograder.grading.running.environment``). One that answers to another version of the code is
+(``autograder.grading.running.confinement.environment``). One that answers to another version of the code is
 replaced, and so is one that no longer answers. It ends after ``$AUTOGRADER_CHECK_IDLE`` seconds
 (default 600) without a check, or when its socket is removed or replaced, or on ``check --stop``.
 """
@@ -37,7 +37,7 @@ from pathlib import Path
 
 import autograder
 from autograder.course import Course, CourseError
-from autograder.grading.running.environment import warm_environment
+from autograder.grading.running.confinement.environment import warm_environment
 
 FOLDER_VARIABLE = "AUTOGRADER_CHECK_FOLDER"
 IDLE_VARIABLE = "AUTOGRADER_CHECK_IDLE"
@@ -182,7 +182,7 @@ def serve(course: Course, path: Path) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
     from autograder.grading import selfcheck
-    from autograder.grading.running.confinement import Limits
+    from autograder.grading.running.confinement.limits import Limits
 
     _, version = identity(course)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -50,9 +50,9 @@ from autograder.grading.records.scores import SaveVerdicts
 from autograder.grading.records.submissions import (
     InvalidNotebook, graded_ids, read_submission, write_problem_notebook, wrong_assignment,
 )
-from autograder.grading.running import referee
-from autograder.grading.running import sandbox
-from autograder.grading.running.confinement import Limits, SandboxRefused, confine
+from autograder.grading.running.judging import referee
+from autograder.grading.running.confinement import sandbox
+from autograder.grading.running.confinement.limits import Limits, SandboxRefused, confine
 from autograder.grading.running.executor import Execution, execute, warm_up
 from autograder.grading.records.fingerprint import graded_with, submission_digest, why_regrade
 from autograder.grading.results.terminal import GradingProgress
@@ -73,7 +73,7 @@ class Task:
     cwd: str
     limits: Limits
     env: dict[str, str]
-    trusted: dict | None = None   # the instructor's cells, for the referee (autograder.grading.running.referee)
+    trusted: dict | None = None   # the instructor's cells, for the referee (autograder.grading.running.judging.referee)
 
 
 def run_task(task: Task) -> Execution:
@@ -92,7 +92,7 @@ def grade(course: Course, assignment: str, jobs: int | None = None, limits: Limi
     course.check_assignment(assignment)
     jobs = jobs or os.cpu_count() or 1
     limits = limits or Limits(threads=max(1, (os.cpu_count() or 1) // jobs))
-    try:  # the sandbox each notebook runs in (autograder.grading.running.sandbox); Dask workers decide their own
+    try:  # the sandbox each notebook runs in (autograder.grading.running.confinement.sandbox); Dask workers decide their own
         limits = confine(limits, course.hidden_from_notebooks, here=not scheduler)
     except SandboxRefused as error:
         raise CourseError(str(error)) from None

@@ -26,8 +26,8 @@ from pathlib import Path
 
 from autograder.course import Course, CourseError
 from autograder.grading.records.submissions import InvalidNotebook, graded_ids, read_submission, wrong_assignment
-from autograder.grading.running import referee
-from autograder.grading.running.confinement import Limits, SandboxRefused, confine
+from autograder.grading.running.judging import referee
+from autograder.grading.running.confinement.limits import Limits, SandboxRefused, confine
 from autograder.grading.running.executor import execute
 from autograder.grading.running.preparation import (NOTEBOOK_ENV, blank_answer, cells_to_run, copy_course_files,
                                                     grade_id, nbgrader_meta, points, prepare, source_cells, text)

@@ -36,7 +36,7 @@ import re
 import pytest
 
 from autograder.course import Course
-from autograder.grading.running.referee import hidden_chunks
+from autograder.grading.running.judging.referee import hidden_chunks
 from conftest import REPO, nbgrader_meta, read_notebook, source
 
 ASSIGNMENTS = Course(REPO).assignments()

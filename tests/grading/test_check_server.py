@@ -196,8 +196,8 @@ def test_where_the_machine_allows_no_sandbox_check_says_so_in_one_line_and_runs(
     says so (the machine's answer is faked to "none"; the notebook is really judged, in this process)."""
     from autograder import cli
     from autograder.grading import selfcheck
-    from autograder.grading.running import confinement
-    from autograder.grading.running.confinement import Limits, SandboxRefused
+    from autograder.grading.running.confinement import limits as confinement
+    from autograder.grading.running.confinement.limits import Limits, SandboxRefused
     from autograder.commands.check import NO_SANDBOX
 
     monkeypatch.setattr(confinement, "_available", "off")

@@ -1,4 +1,4 @@
-"""The examinee answers the referee (autograder.grading.running.examinee, answer, autograd_use), issue 32.
+"""The examinee answers the referee (autograder.grading.running.judging.examinee, answer, autograd_use), issue 32.
 
 The referee checks, it does not ask: every fact it judges is measured in the examinee by the grader's
 own functions, and where an exercise forbids it, any way of getting the gradient from autograd fails.
@@ -14,8 +14,8 @@ import signal
 import pytest
 import torch
 
-from autograder.grading.running import answer, examinee, referee, scan, tamper
-from autograder.grading.running.autograd_use import BACKWARD_SCOPE, graph_nodes
+from autograder.grading.running.judging import answer, examinee, referee, scan, tamper
+from autograder.grading.running.judging.autograd_use import BACKWARD_SCOPE, graph_nodes
 
 IMPORTS = {"kind": "given", "grade_id": None, "source": "import torch\nfrom autograder import check_function"}
 
@@ -290,11 +290,11 @@ def test_a_harness_runs_with_the_instructors_helpers_whatever_the_answers_redefi
 
 def test_replacing_the_answering_code_or_the_checker_in_an_answer_is_found_and_fails_every_check():
     """The scan refuses these; were one to get past it, the tamper guard finds it (steps made by hand here)."""
-    for tampering in ("import autograder.grading.running.answer as a\na._answer_saved = lambda *args: {}\n",
+    for tampering in ("import autograder.grading.running.judging.answer as a\na._answer_saved = lambda *args: {}\n",
                       "import autograder.student.checker.saved as s\ns.saved_record.__code__ = (lambda f, c: 0).__code__\n"):
         assert scan.problems(tampering)
         steps = _steps(CUBE.replace("BODY", HONEST))
         steps[1]["source"] += "\n" + tampering
         reply = _apply(_answers(steps))
         assert reply["error"].startswith("tampering found: ") and "(restored)" in reply["error"], reply
-    assert answer._answer_saved.__module__ == "autograder.grading.running.answer"  # put back
+    assert answer._answer_saved.__module__ == "autograder.grading.running.judging.answer"  # put back

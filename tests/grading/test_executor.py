@@ -4,7 +4,7 @@ import json
 import subprocess
 import sys
 
-from autograder.grading.running.confinement import Limits
+from autograder.grading.running.confinement.limits import Limits
 from autograder.grading.running.executor import execute
 
 
@@ -35,7 +35,7 @@ def test_cells_that_never_ran_never_count_as_passed(tmp_path):
     # process dies before its first cell (found by calling check from `python - <<EOF`).
     # Every cell must then fail as "not run", not pass for want of an error.
     program = ("import json, sys\n"
-               "from autograder.grading.running.confinement import Limits\nfrom autograder.grading.running.executor import execute\n"
+               "from autograder.grading.running.confinement.limits import Limits\nfrom autograder.grading.running.executor import execute\n"
                "cells = [{'cell_type': 'code', 'source': 'assert False'}, {'cell_type': 'code', 'source': 'x = 1'}]\n"
                f"result = execute(cells, {str(tmp_path)!r}, Limits(cell_timeout=30))\n"
                "print(json.dumps({'status': result.status, 'errors': {i: [o.get('ename') for o in outs]\n"

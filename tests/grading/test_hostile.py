@@ -38,8 +38,8 @@ import pytest
 
 import autograder as autograder_package
 from autograder.course import Course
-from autograder.grading.running import sandbox
-from autograder.grading.running.protocol import NOTEBOOK_OUTPUT_CHARS
+from autograder.grading.running.confinement import sandbox
+from autograder.grading.running.messages.protocol import NOTEBOOK_OUTPUT_CHARS
 from conftest import filled_release, jupyter_server
 from test_robustness import (ASSIGNMENT, FORGOT_GRAD_OUTPUT, MAX_SCORE, NOTEBOOK, POINTS, WRONG_CUBE, Notebooks,
                              _course, autograded, autograder, cell_index, code_cell, grades_csv, gradebook_scores,
@@ -237,7 +237,7 @@ get_ipython().ast_transformers.append(DropAsserts())
 # the graph), or an answer that gets its gradient from autograd, or reads the instructor's files.
 # student -> (answer cells, {grade id: code in a cell of its own after that answer, or before it ("<cube")}).
 FORGE_ANSWERS = """
-import autograder.grading.running.answer as _answer, torch as _torch
+import autograder.grading.running.judging.answer as _answer, torch as _torch
 _real = _answer.answer
 def _forged(request, namespace, harnesses=None):  # Cube's values and gradients from torch itself
     reply = _real(request, namespace, harnesses)
@@ -251,7 +251,7 @@ def _forged(request, namespace, harnesses=None):  # Cube's values and gradients 
 _answer.answer = _forged
 """
 FORGE_SAVED = """
-import autograder.grading.running.answer as _answer, autograder.student.checker.saved as _saved
+import autograder.grading.running.judging.answer as _answer, autograder.student.checker.saved as _saved
 _real_record = _saved.saved_record
 def _record(function, call):  # "it saved its output"
     outputs, saved, attributes = _real_record(function, call)
@@ -259,7 +259,7 @@ def _record(function, call):  # "it saved its output"
 _saved.saved_record = _answer.saved_record = _record
 """
 FORGE_GRAPH = """
-import autograder.grading.running.answer as _answer
+import autograder.grading.running.judging.answer as _answer
 _real_names = _answer.graph_names
 _answer.graph_names = lambda outputs: sorted(set(_real_names(outputs)) | {'PolyFunctionBackward'})
 """
@@ -617,7 +617,7 @@ def test_the_formgrader_serves_the_submission_with_no_student_script(run):
 @pytest.mark.parametrize("student", sorted(VERDICT_FORGING))
 def test_forging_a_verdict_from_inside_the_interpreter_gains_nothing(run, student):
     # Each of these makes the cube tests pass in the student's own process; the referee, which runs
-    # their checks again outside it, fails them (autograder/grading/running/referee.py).
+    # their checks again outside it, fails them (autograder/grading/running/judging/referee.py).
     assert float(run.rows[student]["score"]) <= float(run.rows[UNTAMPERED[EXERCISE[student]]]["score"])
     if student in ("replaces_run_cell", "replaces_error_hook"):  # passed in their own process: the referee says why not
         shown = outputs_of(autograded(run.course_obj, student), "test_cube_forward")

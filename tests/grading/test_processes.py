@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from autograder.grading.running import processes
-from autograder.grading.running.budget import Budget
+from autograder.grading.running.confinement import processes
+from autograder.grading.running.confinement.budget import Budget
 from test_robustness import (ASSIGNMENT, MAX_SCORE, Notebooks, _course, autograded, cell_index, code_cell, grades_csv,
                              write_submissions)
 

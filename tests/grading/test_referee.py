@@ -1,4 +1,4 @@
-"""The referee decides a test cell's value checks without running student code (autograder.grading.running.referee).
+"""The referee decides a test cell's value checks without running student code (autograder.grading.running.judging.referee).
 
 Here the student's side is the real ``answer`` function applied to a real namespace, reached
 through a JSON round trip as the pipe carries it; the notebooks' own test cells are judged.
@@ -13,11 +13,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from autograder.grading.running import answer, executor, referee
-from autograder.grading.running.confinement import Limits
+from autograder.grading.running.judging import answer, referee
+
+from autograder.grading.running import executor
+from autograder.grading.running.confinement.limits import Limits
 from autograder.grading.running.executor import execute
 from autograder.grading.running.preparation import cells_to_run
-from autograder.grading.running.referee_process import stop_referee
+from autograder.grading.running.judging.referee_process import stop_referee
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK = ROOT / "solutions" / "01_first_function" / "01_first_function.ipynb"
@@ -270,7 +272,7 @@ def test_replacing_the_answering_code_gains_nothing_wherever_the_notebook_does_i
     # Issue 32: the student's process replaced the answering function with one that computes torch's own
     # answer (8/11 with every answer wrong). Now the notebook's process answers nothing: in a cell of its
     # own the forgery changes nothing; in the answer cell, the grader refuses to run that cell.
-    forge = ("import autograder.grading.running.answer as _r, torch as _t\n"
+    forge = ("import autograder.grading.running.judging.answer as _r, torch as _t\n"
              "def _forged(request, namespace, harnesses=None):\n"
              "    x = _r.decode(request['args'][0]).requires_grad_()\n"
              "    y = x ** 3\n"

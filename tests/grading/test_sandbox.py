@@ -14,11 +14,11 @@ from dataclasses import dataclass
 
 import pytest
 
-from autograder.grading.running import confinement
-from autograder.grading.running import sandbox
-from autograder.grading.running.confinement import Limits, SandboxRefused, confine
+from autograder.grading.running.confinement import limits as confinement
+from autograder.grading.running.confinement import sandbox
+from autograder.grading.running.confinement.limits import Limits, SandboxRefused, confine
 from autograder.grading.running.executor import execute
-from autograder.grading.running.protocol import Messages, NOTEBOOK_OUTPUT_CHARS, ProtocolError
+from autograder.grading.running.messages.protocol import Messages, NOTEBOOK_OUTPUT_CHARS, ProtocolError
 
 PROBE = """
 import os, signal, socket, time

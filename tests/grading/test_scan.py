@@ -1,4 +1,4 @@
-"""The scan of answer cells (autograder.grading.running.scan): what the course's answers need passes; what
+"""The scan of answer cells (autograder.grading.running.judging.scan): what the course's answers need passes; what
 reaches the interpreter, the grader or torch's internals is refused, naming the construct and its line."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from autograder.course import Course
-from autograder.grading.running import scan
+from autograder.grading.running.judging import scan
 from conftest import REPO, nbgrader_meta, read_notebook
 
 
@@ -41,7 +41,7 @@ def test_no_solution_and_no_answer_of_the_demo_class_is_refused():
 
 @pytest.mark.parametrize("source, found", [
     ("import os", "line 1: importing `os`"),
-    ("import torch\nimport autograder.grading.running.answer as a", "line 2: importing `autograder.grading.running.answer`"),
+    ("import torch\nimport autograder.grading.running.judging.answer as a", "line 2: importing `autograder.grading.running.judging.answer`"),
     ("from torch._C import _EngineBase", "line 1: importing `torch._C`"),
     ("y = eval('1')", "line 1: `eval`"),
     ("m = torch.load('model.pt')", "line 1: `load`"),

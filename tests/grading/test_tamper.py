@@ -15,7 +15,7 @@ from torch.autograd import Function
 
 import autograder.student.checker as checker
 from autograder import check_function
-from autograder.grading.running.tamper import Guard
+from autograder.grading.running.judging.tamper import Guard
 
 CHECKER_MODULES = [checker] + [importlib.import_module(f"{checker.__name__}.{m.name}")
                                for m in pkgutil.iter_modules(checker.__path__)]

@@ -124,7 +124,7 @@ def test_a_number_emitted_into_test_cells_changes_no_score(graded, base, kind):
     assert any(emitted in "".join(o.get("text") or o.get("data", {}).get("text/plain", "")) for o in outputs), \
         (student, emitted)
     # And scored nothing: test by test in the gradebook, in grades.csv, on the feedback page. An answer cell that
-    # calls sys.displayhook is one the grader does not run for its checks (it reaches the interpreter: running/scan.py),
+    # calls sys.displayhook is one the grader does not run for its checks (it reaches the interpreter: running/judging/scan.py),
     # so Cube's tests get what the referee says of an answer it could not run: 0, saying why.
     expected = dict(scores[base])
     if EMITTERS[kind][0] == "forward":

@@ -9,7 +9,7 @@ from pathlib import Path
 import nbformat
 from nbformat.corpus.words import generate_corpus_id
 
-from autograder.grading.running import untrusted_json
+from autograder.grading.running.messages import untrusted_json
 
 MAX_NOTEBOOK_BYTES = 50 * 1024**2
 CELL_ID = re.compile(r"[a-zA-Z0-9_-]{1,64}")  # nbformat 4.5's cell id

@@ -24,7 +24,7 @@ from autograder.course import Course, CourseError
 from autograder.grading.records import deadlines
 from autograder.grading.records.grades import refresh_scores
 from autograder.grading.results.markup import STUDENT_ATTRIBUTES, STUDENT_TAGS, markdown_to_html
-from autograder.grading.running.protocol import defuse_markers
+from autograder.grading.running.messages.protocol import defuse_markers
 
 HIDDEN_MARKERS = ("### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS")
 

@@ -1,8 +1,8 @@
 """The notebook's own process: forked from the warm one, it runs the cells and reports each one.
 
 It sends ``["start", i]``, ``["end", i, outputs, count, status]`` and ``["done"]``
-(``autograder.grading.running.protocol``); after each test cell the grader has the referee check it
-(the examinee answers, never this process: ``autograder.grading.running.examinee``), and this process
+(``autograder.grading.running.messages.protocol``); after each test cell the grader has the referee check it
+(the examinee answers, never this process: ``autograder.grading.running.judging.examinee``), and this process
 waits until the grader says go on.
 """
 
@@ -11,16 +11,12 @@ from __future__ import annotations
 import os
 import signal
 
-from autograder.grading.running.confinement import Limits, isolate
-from autograder.grading.running.protocol import send, send_crash
+from autograder.grading.running.confinement.limits import CellTimeout, Limits, isolate
+from autograder.grading.running.messages.protocol import send, send_crash
 
 HIDDEN_TESTS_MARKER = "### BEGIN " "HIDDEN TESTS"  # written in two parts: no shipped file holds the marker itself
 HIDDEN_TESTS_END = "### END HIDDEN TESTS"
 
-
-class CellTimeout(BaseException):
-    """Raised inside a cell that ran past its time limit (BaseException: ``except Exception``
-    in student code does not swallow it)."""
 
 
 def child_main(cells, cwd, limits: Limits, env, judged: bool, connection) -> None:

@@ -19,19 +19,19 @@ test cell's outputs, which the student's code can emit). Untrusted code is bound
 - if the process dies (``os._exit``, a segfault, a kill at the hard deadline) the cell where
   it died says so, and every later cell says it did not run; ``sys.exit()``, ``exit()`` and a
   raised ``KeyboardInterrupt`` are errors in their cell, and the next cell runs;
-- after every cell the tamper guard (``autograder.grading.running.tamper``) restores ``torch.allclose``, the
+- after every cell the tamper guard (``autograder.grading.running.judging.tamper``) restores ``torch.allclose``, the
   checker and the other functions tests rely on if student code replaced them, and says so in
   the cell (status "tampering found");
 - the whole notebook, its cells and the referee's checks together, has a budget of wall-clock and
   CPU time (``Limits.budget``: status "over budget"), and no process it started outlives it.
 
 Student code can reach whatever decides a verdict in its own process, so a referee process that
-runs no student code (``autograder.grading.running.referee``) decides the test cells
+runs no student code (``autograder.grading.running.judging.referee``) decides the test cells
 (``execute(..., trusted=...)``): it plans every cell before the notebook starts, and a cell it
 decides reaches the student's process without its hidden tests; the cell passes only if its
 visible part passed there and the referee's checks agree. The referee's questions are answered by
 the notebook's examinee, a process that runs only the given cells and the student's answer cells
-(``autograder.grading.running.examinee``), never by the notebook's own process.
+(``autograder.grading.running.judging.examinee``), never by the notebook's own process.
 
 Hidden tests stay hidden: a cell the referee decides never holds them where student code runs;
 in one it does not (no referee, or a check no judge covers), an error is reported as its last line
@@ -48,16 +48,16 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from autograder.grading.running import processes
-from autograder.grading.running.budget import Budget
+from autograder.grading.running.confinement import processes
+from autograder.grading.running.confinement.budget import Budget
 from autograder.grading.running.child import child_main
-from autograder.grading.running.confinement import Limits, confine, notebook_budget
-from autograder.grading.running.environment import kept
-from autograder.grading.running.examinee import Examinee, program
-from autograder.grading.running.protocol import Messages, ProtocolError, error_output, start, tell
-from autograder.grading.running.referee import HIDDEN_BEGIN, visible_source
-from autograder.grading.running.referee_process import RefereeProcess
-from autograder.grading.running.sandbox import UID_BASE
+from autograder.grading.running.confinement.limits import Limits, confine, notebook_budget
+from autograder.grading.running.confinement.environment import kept
+from autograder.grading.running.judging.examinee import Examinee, program
+from autograder.grading.running.messages.protocol import Messages, ProtocolError, error_output, start, tell
+from autograder.grading.running.judging.referee import HIDDEN_BEGIN, visible_source
+from autograder.grading.running.judging.referee_process import RefereeProcess
+from autograder.grading.running.confinement.sandbox import UID_BASE
 
 
 @dataclass(frozen=True)
@@ -95,10 +95,10 @@ _starting = threading.Lock()
 def _context():
     context = multiprocessing.get_context("forkserver")
     # sandbox too: its libseccomp lookup (pyseccomp, ~6 ms) is then paid once, not by every notebook.
-    context.set_forkserver_preload(["autograder.grading.running.warm", "autograder.grading.running.sandbox",
-                                    "autograder.grading.running.referee", "autograder.grading.running.answer",
-                                    "autograder.grading.running.child", "autograder.grading.running.examinee",
-                                    "autograder.grading.running.referee_process"])
+    context.set_forkserver_preload(["autograder.grading.running.warm", "autograder.grading.running.confinement.sandbox",
+                                    "autograder.grading.running.judging.referee", "autograder.grading.running.judging.answer",
+                                    "autograder.grading.running.child", "autograder.grading.running.judging.examinee",
+                                    "autograder.grading.running.judging.referee_process"])
     from multiprocessing import forkserver
 
     with _starting:
@@ -127,15 +127,15 @@ def execute(cells: list[dict], cwd: str, limits: Limits = Limits(),
     is read as bytes, parsed as JSON and checked (``Messages``), never unpickled.
 
     With ``trusted`` (the instructor's cells, ``referee.trusted_cells``), a referee process
-    (``autograder.grading.running.referee``) runs each test cell again after the student's process has,
-    its questions answered by the notebook's examinee (``autograder.grading.running.examinee``), and a
+    (``autograder.grading.running.judging.referee``) runs each test cell again after the student's process has,
+    its questions answered by the notebook's examinee (``autograder.grading.running.judging.examinee``), and a
     test cell whose checks the referee finds wrong fails, whatever the student's process said. Cells
     carry what ``preparation.cells_to_run`` gives them: test cells their ``grade_id``, answer cells their
     ``answer_id`` (what the examinee runs), cells their ``cell_id``.
 
     The notebook (its cells and the referee's checks) has ``notebook_budget(limits)`` seconds of wall-clock
-    and of CPU time (``autograder.grading.running.budget``); past them it is stopped (``over budget``). When
-    it ends, every process it started is killed (``autograder.grading.running.processes``).
+    and of CPU time (``autograder.grading.running.confinement.budget``); past them it is stopped (``over budget``). When
+    it ends, every process it started is killed (``autograder.grading.running.confinement.processes``).
     """
     started = time.monotonic()
     if limits.sandbox == "auto":  # a Dask worker: its own machine decides

@@ -4,7 +4,7 @@ nbgrader scores a test cell 0 when it wrote anything to stderr, and torch prints
 warnings there. A warning is never the student's fault, so in grading kernels warnings are
 printed to stdout instead: still visible in the feedback, never costing marks.
 
-It also installs the tamper guard (``autograder.grading.running.tamper``) before the first cell runs, so
+It also installs the tamper guard (``autograder.grading.running.judging.tamper``) before the first cell runs, so
 student code that replaces ``torch.allclose``, the checker or the names the tests use is
 undone after every cell and reported in it.
 
@@ -40,7 +40,7 @@ def load_ipython_extension(ipython, guard=None):
     """Set up a grading kernel; return its tamper guard (the grader keeps it, and may pass one made earlier)."""
     import os
 
-    from autograder.grading.running import tamper
+    from autograder.grading.running.judging import tamper
 
     # Assignment 10: kernels nbgrader starts (validate, autograde) run Triton kernels in Triton's
     # interpreter, as the grader does, GPU or not (set before a cell imports triton).

@@ -16,7 +16,7 @@ import threading
 
 # Assignment 10's Triton kernels run in Triton's interpreter in every grading process (CPU tensors, no
 # GPU needed): set before anything imports triton (torch may), here and again in each sandboxed child
-# (autograder.grading.running.sandbox), since a kernel reads it when it is defined.
+# (autograder.grading.running.confinement.sandbox), since a kernel reads it when it is defined.
 os.environ["TRITON_INTERPRET"] = "1"
 
 import IPython  # noqa: F401  (imported here so children need not)
@@ -69,7 +69,7 @@ try:  # what 10's notebooks import (~0.3 s), once here; triton installs on Linux
     import triton.runtime.interpreter  # noqa: F401
 except ImportError:
     pass
-import autograder.grading.running.tamper
+import autograder.grading.running.judging.tamper
 
 matplotlib.pyplot.switch_backend("module://matplotlib_inline.backend_inline")  # what each shell enables
 PIL.Image.init()  # the image format plugins, otherwise loaded by each child's first figure
@@ -82,9 +82,8 @@ except ImportError:  # (no tqdm: torch.hub's stand-in takes no lock)
     pass
 else:
     tqdm.tqdm.set_lock(threading.RLock())
-# The tamper guard's record of the genuine objects, taken once here, where no student code has run:
-# every child checks against it (taking it in each child cost ~8 ms).
-GENUINE = autograder.grading.running.tamper.Guard()
+# The tamper guard's record of the genuine objects, taken once here, where no student code has run.
+GENUINE = autograder.grading.running.judging.tamper.genuine()
 
 OUT_OF_MEMORY_TEXT = ("can't allocate memory", "not enough memory", "out of memory")
 
@@ -157,7 +156,7 @@ class OutputRecorder:
             self.status = "ran out of memory"
             limit = f" (a notebook may use {self.memory / 1024**3:g} GB)" if self.memory else ""
             name, value = "MemoryError", f"ran out of memory{limit}: {value}".rstrip(": ")
-        elif name == "TamperingFound" and self.status == "ok":  # see autograder.grading.running.tamper
+        elif name == "TamperingFound" and self.status == "ok":  # see autograder.grading.running.judging.tamper
             self.status = "tampering found"
         elif name == "NotImplementedError" and not value:  # an exercise left as released: said as such
             value = autograder.student.checker.messages.NOT_DONE

@@ -11,7 +11,7 @@ about devices, and the check passes.
 
 ``device_record`` is the measuring half, made where the Function runs (plain data); ``device_problem``
 judges it. The grader's referee asks the student's process for the record and judges it itself
-(``autograder.grading.running.judges``), as here.
+(``autograder.grading.running.judging.judges``), as here.
 """
 
 from __future__ import annotations

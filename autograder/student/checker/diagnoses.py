@@ -4,7 +4,7 @@ come from, whether backward builds a whole Jacobian, whether float32 stays float
 Each check is split in two: a *record* made where the student's Function runs (plain data: what
 backward returned, whether values are finite, the size of backward's largest tensor, dtypes), and a
 *judgement* of that record. In the student's own process both run here; in grading the referee asks
-the student's process for the record and judges it itself (``autograder.grading.running.referee``).
+the student's process for the record and judges it itself (``autograder.grading.running.judging.referee``).
 ``explain_known_mistakes`` and ``explain_non_finite`` only ever explain: a Function that matches no
 mistake, or stays finite, passes them, and ``check_function`` decides its values.
 """

@@ -6,7 +6,7 @@ test's own ``harness`` (a function of the notebook's visible cells: a training l
 clock) run with the student's object gives what it gives with the reference. Results are data:
 numbers, strings, None, tensors, and lists and dicts of them; numbers and tensors are compared
 within ``rtol``/``atol``. The grader's referee asks the student's process for the student's side as
-data and computes the reference's side itself (``autograder.grading.running.referee``).
+data and computes the reference's side itself (``autograder.grading.running.judging.referee``).
 """
 
 from __future__ import annotations

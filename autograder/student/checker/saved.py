@@ -8,7 +8,7 @@ inputs giving the tensor (``lambda x: x > 0``), optionally as ``(words, function
 way no tensor may hide in a ctx attribute (it must go through ``ctx.save_for_backward``).
 
 ``saved_record`` is the measuring half: the grader's referee asks the student's process for it and
-judges the record itself (``autograder.grading.running.referee``), with ``saved_problem``, as here.
+judges the record itself (``autograder.grading.running.judging.referee``), with ``saved_problem``, as here.
 """
 
 from __future__ import annotations

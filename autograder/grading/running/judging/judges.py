@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 import types
 
-from autograder.grading.running.wire import Unsupported, decode, encode
+from autograder.grading.running.messages.wire import Unsupported, decode, encode
 
 JUDGES = ("check_function", "check_forward", "check_callable", "check_saved", "check_values", "check_with",
           "explain_known_mistakes", "explain_non_finite", "check_backward_size", "check_keeps_dtype", "check_device",

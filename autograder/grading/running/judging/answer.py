@@ -1,4 +1,4 @@
-"""The answers to the referee's requests: run in the examinee (``autograder.grading.running.examinee``).
+"""The answers to the referee's requests: run in the examinee (``autograder.grading.running.judging.examinee``).
 
 A request names one of the student's objects and gives plain data (``wire``): apply this Function
 (call this function, build this Module) on these tensors, backward with these upstream gradients,
@@ -9,7 +9,7 @@ process imported this module, before any student code ran: the checker's record 
 (``saved_record``, ``graph_names``, the diagnoses, the transforms) and torch's autograd; a Function
 class is used only if ``Function.apply`` is torch's own (no class of its own defines ``apply``, no
 metaclass of its own, its graph node the one torch made for it). The tamper guard
-watches this module's names and its functions' code (``autograder.grading.running.tamper``).
+watches this module's names and its functions' code (``autograder.grading.running.judging.tamper``).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import types
 
 import torch
 
-from autograder.grading.running.autograd_use import Watch, graph_nodes
-from autograder.grading.running.wire import Unsupported, decode, encode
+from autograder.grading.running.judging.autograd_use import Watch, graph_nodes
+from autograder.grading.running.messages.wire import Unsupported, decode, encode
 from autograder.student.checker import diagnoses
 from autograder.student.checker.callables import argument_names, graph_names
 from autograder.student.checker.devices import device_record

@@ -7,7 +7,7 @@ A backward that hands a recomputed forward back to autograd derives nothing: ``t
 process) misses the others. What every one of them has in common is visible to torch's profiler:
 each graph node that runs records an event of the ``BACKWARD_FUNCTION`` scope (``PowBackward0``),
 whoever ran it, and forward-mode AD records ``aten::_make_dual``. So the examinee
-(``autograder.grading.running.examinee``) runs the student's forward and the engine's backward pass
+(``autograder.grading.running.judging.examinee``) runs the student's forward and the engine's backward pass
 under the profiler: during forward no node may run, and during backward only the nodes of the graph
 the check built (the student's own node, and the copies an in-place check makes), each once.
 Torch's own derivative kernels (``aten::softplus_backward``) count too. ``tests/grading/test_examinee.py``

@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 import time
 
-from autograder.grading.running import processes
+from autograder.grading.running.confinement import processes
 
 PERIOD = 0.5  # seconds between two looks at the clock and the processes' CPU time
 

@@ -1,6 +1,6 @@
 """The examinee: the process that answers the referee's questions about a student's answers.
 
-The referee (``autograder.grading.running.referee``) runs no student code: it asks questions as plain
+The referee (``autograder.grading.running.judging.referee``) runs no student code: it asks questions as plain
 data ("apply Cube to these tensors, backward with these gradients", "record what Cube saves") and
 judges the replies itself. The notebook's own process runs every cell the student wrote (hooks,
 scratch cells, code that reaches the grader's objects), so it does not answer. The examinee does: a
@@ -38,12 +38,13 @@ import tempfile
 import time
 import types
 
-from autograder.grading.running import processes, scan
-from autograder.grading.running.child import CellTimeout
-from autograder.grading.running.confinement import Limits, isolate
-from autograder.grading.running.protocol import ProtocolError, receive, send, send_crash, start, tell
-from autograder.grading.running.referee import _is_definition, _statements, ipython_python, visible_source
-from autograder.grading.running.sandbox import UID_BASE
+from autograder.grading.running.confinement import processes
+
+from autograder.grading.running.judging import scan, tamper
+from autograder.grading.running.confinement.limits import CellTimeout, Limits, isolate
+from autograder.grading.running.messages.protocol import ProtocolError, receive, send, send_crash, start, tell
+from autograder.grading.running.judging.referee import _is_definition, _statements, ipython_python, visible_source
+from autograder.grading.running.confinement.sandbox import UID_BASE
 
 ONLY_ANSWER_CELLS = ("the grader runs only the notebook's given cells and your answer cells, in order, so "
                      "whatever an answer uses must be defined in its answer cell")
@@ -159,10 +160,8 @@ def examinee_main(steps: list[dict], folder: str, limits: Limits, env: dict[str,
         isolate(folder, limits, env, connection.fileno())
         # No import may come from the working folder, where an answer can write files.
         sys.path[:] = [p for p in sys.path if p and os.path.isabs(p) and not p.startswith(folder)]
-        from autograder.grading.running import warm
-
         signal.signal(signal.SIGALRM, _on_alarm)
-        answers = Answers(steps, limits.cell_timeout, warm.GENUINE)
+        answers = Answers(steps, limits.cell_timeout, tamper.genuine())
         send(connection, ["ready"])
         while True:
             message = json.loads(connection.recv_bytes())
@@ -188,7 +187,7 @@ class Answers:
     def __init__(self, steps: list[dict], limit: float, guard) -> None:
         # The answering code, bound before any answer runs (here, not on import: the grader's own process
         # imports this module and must not import torch).
-        from autograder.grading.running.answer import answer
+        from autograder.grading.running.judging.answer import answer
 
         self._answer = answer
         self.given, self.answers = _namespace("autograder_examinee_given"), _namespace("autograder_examinee_answers")

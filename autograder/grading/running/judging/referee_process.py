@@ -1,6 +1,6 @@
 """The referee's process, and the grader's side of it: start it, carry its questions, end it.
 
-The referee itself (what it runs and decides) is ``autograder.grading.running.referee``.
+The referee itself (what it runs and decides) is ``autograder.grading.running.judging.referee``.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import os
 import threading
 import time
 
-from autograder.grading.running.confinement import Limits, isolate
-from autograder.grading.running.protocol import ProtocolError, receive, send, send_crash, start, tell
+from autograder.grading.running.confinement.limits import Limits, isolate
+from autograder.grading.running.messages.protocol import ProtocolError, receive, send, send_crash, start, tell
 
 
 _referees = threading.local()  # each grading thread's referee process, kept from one notebook to the next
@@ -21,7 +21,7 @@ class RefereeProcess:
     """The parent's side of the referee: starts it, and carries its questions to the examinee.
 
     The referee asks (``["ask", requests]``), the notebook's examinee answers
-    (``autograder.grading.running.examinee.Examinee.ask``); an examinee that answers out of turn, too late
+    (``autograder.grading.running.judging.examinee.Examinee.ask``); an examinee that answers out of turn, too late
     or not at all gets no more questions and every check it did not answer fails.
 
     One referee process serves a grading thread's notebooks one after the other (starting one per
@@ -70,7 +70,7 @@ class RefereeProcess:
 
     def judge(self, grade_id: str, examinee, failed_there: bool = False) -> tuple[int, str | None]:
         """Have the referee run test ``grade_id``, its questions answered by ``examinee``
-        (``autograder.grading.running.examinee.Examinee``): (how many checks it decided, its failure message or None).
+        (``autograder.grading.running.judging.examinee.Examinee``): (how many checks it decided, its failure message or None).
         ``failed_there``: the cell failed in the student's process (``Referee.judge_cell``)."""
         deadline = lambda: time.monotonic() + self.limits.cell_timeout + 60.0  # noqa: E731 (trusted: a bug, not an attack)
         if self.broken or not tell(self.connection, ["judge", grade_id, bool(failed_there)]):
@@ -130,7 +130,7 @@ def referee_main(folder: str, limits: Limits, connection) -> None:
     judges one of its test cells; anything else ends the process."""
     try:
         isolate(folder, limits, {}, connection.fileno())
-        from autograder.grading.running.referee import Referee
+        from autograder.grading.running.judging.referee import Referee
 
         def ask(requests: list):
             send(connection, ["ask", requests])

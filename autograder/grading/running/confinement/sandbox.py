@@ -9,7 +9,7 @@ notebook starts dies with it. In its mount namespace the whole file system is re
 instructor's home, ``/home``, ``/tmp``, ``/run`` and the course folder (``solutions/``, the
 gradebook, ``grading/`` with every other student's files, the git history) are covered by empty
 file systems; only the Python installation and the parts of the course's package that notebooks and the
-grader's sandboxed processes import (``confinement.PACKAGE_PARTS``: never ``authoring/`` or the demo
+grader's sandboxed processes import (``limits.PACKAGE_PARTS``: never ``authoring/`` or the demo
 class) are shown again, read-only.
 The notebook's working folder, ``/tmp`` and ``/dev/shm`` are folders of one private tmpfs, whose
 size cap (``SCRATCH_SIZE``) bounds all the RAM its files can take. ``/proc``
@@ -36,7 +36,7 @@ In every mode the environment is reduced to a few harmless variables (no ``AUTOG
 no tokens) and inherited file descriptors other than the result pipe are closed. Every process the
 grader's warm process forks gets a parent-death signal, set again after each change of uid (which
 clears it), so no sandbox outlives ``grade``, even when ``grade`` is killed; after each notebook the
-grader also kills whatever is left of it (``autograder.grading.running.processes``).
+grader also kills whatever is left of it (``autograder.grading.running.confinement.processes``).
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ import signal
 import sys
 from dataclasses import dataclass
 
-from autograder.grading.running import lifetime
+from autograder.grading.running.confinement import lifetime
 
 try:
     import pyseccomp as seccomp

@@ -12,7 +12,7 @@ import json
 import threading
 import time
 
-from autograder.grading.running import untrusted_json
+from autograder.grading.running.messages import untrusted_json
 
 NOTEBOOK_OUTPUT_CHARS = 5_000_000  # all of a notebook's outputs together (one cell keeps Limits.output_chars)
 

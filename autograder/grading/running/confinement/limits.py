@@ -1,7 +1,7 @@
 """What one notebook may use while it is graded (``Limits``), and the sandbox it runs in.
 
 ``confine`` decides the sandbox mode for this machine (refusing to run student code without
-one unless told), ``isolate`` puts the current process into it (``autograder.grading.running.sandbox``)
+one unless told), ``isolate`` puts the current process into it (``autograder.grading.running.confinement.sandbox``)
 with its memory and thread limits: notebooks and the referee both start with it.
 """
 
@@ -10,7 +10,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, replace
 
-from autograder.grading.running import sandbox
+from autograder.grading.running.confinement import sandbox
+
+
+class CellTimeout(BaseException):
+    """Raised inside a cell that ran past its time limit (BaseException: ``except Exception``
+    in student code does not swallow it)."""
 
 
 @dataclass(frozen=True)
@@ -64,7 +69,7 @@ def sandbox_mode(limits: Limits) -> str:
     if limits.sandbox != "auto":
         return limits.sandbox
     if _available is None:
-        from autograder.grading.running import sandbox
+        from autograder.grading.running.confinement import sandbox
 
         _available = sandbox.available()
     return _available
@@ -90,7 +95,7 @@ def package_parts() -> tuple[str, ...]:
 
 
 def isolate(cwd: str, limits: Limits, env: dict[str, str], keep_fd: int) -> None:
-    """The sandbox (``autograder.grading.running.sandbox``), no stdin, C-level output discarded, bounded memory and threads."""
+    """The sandbox (``autograder.grading.running.confinement.sandbox``), no stdin, C-level output discarded, bounded memory and threads."""
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)

@@ -1,7 +1,7 @@
 """A scan of a student's answer cells, before the grader runs them where its checks are answered.
 
 The grader answers the referee's questions in an examinee process that runs only the notebook's given
-cells and the student's answer cells (``autograder.grading.running.examinee``). An answer that reaches
+cells and the student's answer cells (``autograder.grading.running.judging.examinee``). An answer that reaches
 the interpreter, the grader's own objects or torch's internals could still make that process report
 something untrue, so an answer cell using any of the constructs below is not run there at all: every
 check of what it defines fails, with a message naming the construct and its line. The rule is about
@@ -115,7 +115,7 @@ def _attribute_name_problem(name: str, own: set[str]) -> str | None:
 
 def problems(source: str) -> list[str]:
     """What in ``source`` (an answer cell's code) the grader refuses to run: ``line N: what``, in order."""
-    from autograder.grading.running.referee import ipython_python
+    from autograder.grading.running.judging.referee import ipython_python
 
     try:
         tree = ast.parse(source)

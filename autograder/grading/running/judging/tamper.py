@@ -22,7 +22,7 @@ install a guard before the first cell; the examinee checks after every answer ce
 the referee's questions. It is a defence against the obvious tricks, not a
 sandbox: code that replaces a function and puts it back within one cell, or that goes looking
 for the grader's own objects, is not caught here. In ``grade``, the referee
-(``autograder.grading.running.referee``) decides the tests' value checks where student code cannot reach.
+(``autograder.grading.running.judging.referee``) decides the tests' value checks where student code cannot reach.
 """
 
 from __future__ import annotations
@@ -37,10 +37,10 @@ import types
 _CHECKER = importlib.import_module("autograder.student.checker")
 CHECKER_MODULES = [_CHECKER.__name__] + [f"{_CHECKER.__name__}.{m.name}"
                                          for m in pkgutil.iter_modules(_CHECKER.__path__)]
-# The grader's own modules that answer the referee in the examinee (autograder.grading.running.examinee).
-GRADER_MODULES = [name for name in ("autograder.grading.running.answer", "autograder.grading.running.autograd_use",
-                                     "autograder.grading.running.wire", "autograder.grading.running.examinee",
-                                     "autograder.grading.running.protocol")
+# The grader's own modules that answer the referee in the examinee (autograder.grading.running.judging.examinee).
+GRADER_MODULES = [name for name in ("autograder.grading.running.judging.answer", "autograder.grading.running.judging.autograd_use",
+                                     "autograder.grading.running.messages.wire", "autograder.grading.running.judging.examinee",
+                                     "autograder.grading.running.messages.protocol")
                   if importlib.util.find_spec(name) is not None]  # (a student edition may ship fewer)
 # Modules whose attributes tests and the checker look up when they run.
 MODULES = ["torch", "torch.autograd", "torch.autograd.gradcheck", "torch.autograd.function",
@@ -182,6 +182,18 @@ class Guard:
                 f"tampering found: {shown} {'was' if len(replaced) == 1 else 'were'} changed (restored). "
                 "Tests always run with the genuine functions; a test cell in which this happens scores 0.")
             shell.showtraceback(exc_tuple=(TamperingFound, found, None))
+
+
+_RECORDED: list[Guard] = []
+
+
+def genuine() -> Guard:
+    """The record of the genuine objects, taken once per process by its first caller: the warm process, at
+    import, where no student code has run, so every child forked from it checks against the same record
+    (taking it in each child cost ~8 ms)."""
+    if not _RECORDED:
+        _RECORDED.append(Guard())
+    return _RECORDED[0]
 
 
 def install(shell, guard: Guard | None = None) -> Guard:

@@ -8,12 +8,12 @@ tests and never executes a line the student wrote:
 
 - before the notebook runs, it runs every test cell once (``Referee.plan``): every name the
   solution cells define (``Cube``, ``Net``) is a ``StudentObject`` it may only pass to a judge
-  (``autograder.grading.running.judges``: ``check_function``, ``check_saved``, ``check_with``, ...).
+  (``autograder.grading.running.judging.judges``: ``check_function``, ``check_saved``, ``check_with``, ...).
   A judge computes what is right itself, on the referee's own random inputs (seeded from
   ``os.urandom``, so a recorded answer is useless), and queues a request to the student's process
   as plain data ("apply F on these tensors, backward with these upstream gradients, send the
   results back"), answered by the examinee, a process that runs only the notebook's given cells and
-  the student's answer cells (``autograder.grading.running.examinee``, ``answer``);
+  the student's answer cells (``autograder.grading.running.judging.examinee``, ``answer``);
 - a test cell whose hidden tests it runs entirely (judges, and asserts on its own values) is
   *decided* by the referee: the student's process gets that cell without its hidden tests, so no
   code of the student's ever sees them; the cell passes only if its visible part passed there and
@@ -35,7 +35,7 @@ import sys
 import types
 from dataclasses import dataclass
 
-from autograder.grading.running.judges import JUDGES, UNAVAILABLE, Judges, StudentObject, _Unavailable, _unanswered
+from autograder.grading.running.judging.judges import JUDGES, UNAVAILABLE, Judges, StudentObject, _Unavailable, _unanswered
 
 HIDDEN_BEGIN = "### BEGIN " "HIDDEN TESTS"  # in two parts: no file shipped to students holds the marker itself
 HIDDEN_END = "### END " "HIDDEN TESTS"
@@ -249,7 +249,7 @@ class Referee(Judges):
 
 
 def _refused(reply) -> bool:
-    """Whether ``reply`` says the grader refused to run the answer cell it needed (``running/scan.py``)."""
+    """Whether ``reply`` says the grader refused to run the answer cell it needed (``running/judging/scan.py``)."""
     return isinstance(reply, dict) and reply.get("refused") is True
 
 

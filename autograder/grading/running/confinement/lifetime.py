@@ -5,10 +5,10 @@ forks (PID 1 of a new pid namespace, or a child under it as subreaper in Landloc
 parent-death signal, so no sandbox outlives ``grade``, even a ``grade`` killed with SIGKILL: the warm
 process ends when the grader does (``die_with_parent``), the outer process when the warm process does,
 the notebook's when the outer one does (set again after the sandbox changes its uid, which clears it:
-``autograder.grading.running.sandbox``). The outer process waits for the notebook, holding no
+``autograder.grading.running.confinement.sandbox``). The outer process waits for the notebook, holding no
 descriptor, and ends as it ended (``wait_and_end_like``); in Landlock mode it first kills what the
 notebook left (``fork_under_reaper``). The grader, for its part, kills whatever is left of a sandbox
-after each notebook (``autograder.grading.running.processes``).
+after each notebook (``autograder.grading.running.confinement.processes``).
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ def fork_under_reaper() -> None:
 
 def _kill_leftovers() -> None:
     """Kill this subreaper's children (what the notebook left running, adopted) until it has none."""
-    from autograder.grading.running.processes import below
+    from autograder.grading.running.confinement.processes import below
 
     while True:
         try:

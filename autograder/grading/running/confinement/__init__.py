@@ -1,0 +1,1 @@
+"""Keeping a notebook confined: its sandbox, limits, time budget, processes and environment."""
