@@ -130,10 +130,10 @@ def decided_by_whom(rows) -> str:
 
 def status(row) -> str:
     """A row's status as the grade table shows it: what happened, and how late (with the penalty)."""
-    from autograder.grading.records.deadlines import TIME_UNKNOWN
+    from autograder.grading.records.deadlines import TIME_NOT_RECORDED, TIME_UNKNOWN
 
     note = f" ({row.detail})" if row.detail else ""
-    how_late = row.late if row.late == TIME_UNKNOWN else f"late {row.late}"
+    how_late = row.late if row.late in (TIME_UNKNOWN, TIME_NOT_RECORDED) else f"late {row.late}"
     late = f"; {how_late}" + (f", -{row.penalty:g} points" if row.penalty else "") if row.late else ""
     by_hand = f"; {row.to_grade_by_hand} to grade by hand" if row.to_grade_by_hand else ""
     return f"{row.status}{note}{late}{by_hand}"

@@ -275,7 +275,8 @@ class _Grader(Contained):
             row.penalty = float(submission.late_submission_penalty or 0.0)
             row.score = float(submission.score) - row.penalty
             row.late = deadlines.lateness(self.submitted / row.student_id / self.assignment,
-                                          submission.total_seconds_late)
+                                          submission.total_seconds_late,
+                                          self.deadline.deadline_for(row.student_id) is not None)
             row.points_by_hand, row.to_grade_by_hand = hand_graded(submission)
             return True
 

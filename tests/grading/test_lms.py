@@ -293,3 +293,106 @@ def test_the_roster_in_the_gradebook_maps_canvas_ids_and_the_cli_exit_says_what_
     alone = run("collect", ASSIGNMENT, str(one))
     assert alone.returncode == 0 and "1 student collected, 0 with problems" in alone.stdout
     assert "bsmith, marked late by the LMS, counts as late by the least the late policy counts" in alone.stderr
+
+
+# -- A student's file is data, never a record (issue 39) ------------------------------------------------
+
+def test_a_timestamp_txt_uploaded_to_canvas_is_a_file_not_the_time_handed_in(course_copy, tmp_path):
+    """Canvas marked Bob LATE; his upload named timestamp.txt claims an early time. The LMS's mark stands, the
+    file is ignored like any other upload, and the submitted folder gets no time from it."""
+    source = canvas_zip(tmp_path / "submissions.zip", {
+        canvas_name("Smith, Bob", 22222, 1, NOTEBOOK, late=True): b"bob",
+        canvas_name("Smith, Bob", 22222, 2, "timestamp.txt", late=True): b"2026-03-01 10:00:00.000000 UTC",
+    }, zipped_at=LATER)
+
+    bob = _by_student(collect(course_copy, ASSIGNMENT, source, roster=ROSTER))["bsmith"]
+
+    assert bob.marked_late is True and bob.handed_in is None
+    assert bob.unexpected == ["timestamp.txt"] and bob.notes == ["marked late by the LMS, time unknown"]
+    assert not (_submitted(course_copy, "bsmith") / "timestamp.txt").exists()
+    assert marked_late(_submitted(course_copy, "bsmith")) is True
+
+
+def test_a_blackboard_file_name_cannot_name_another_student_or_another_time(course_copy, tmp_path):
+    """Bob uploads files whose names look like Blackboard's own: one claiming to be Jane's later attempt, one
+    claiming an earlier hand-in for himself. Blackboard's own prefix decides who and when; Jane's notebook and
+    both times are the LMS's."""
+    source = tmp_path / "gradebook_download"
+    source.mkdir()
+    for name, data in {
+        f"Assignment 1_jdoe_attempt_2026-03-14-09-26-52_{NOTEBOOK}": b"jane's right answer",
+        f"Assignment 1_bsmith_attempt_2026-03-16-18-30-00_x_jdoe_attempt_2026-03-20-00-00-00_{NOTEBOOK}": b"bob's",
+        f"Assignment 1_bsmith_attempt_2026-03-16-18-30-00_x_bsmith_attempt_2026-03-01-00-00-00_notes.txt": b"x",
+    }.items():
+        (source / name).write_bytes(data)
+
+    by_student = _by_student(collect(course_copy, ASSIGNMENT, source, roster=ROSTER))
+
+    assert sorted(by_student) == ["bsmith", "jdoe"]
+    assert (_submitted(course_copy, "jdoe") / NOTEBOOK).read_bytes() == b"jane's right answer"
+    assert _timestamp(_submitted(course_copy, "jdoe")) == _local(2026, 3, 14, 9, 26, 52)
+    assert (_submitted(course_copy, "bsmith") / NOTEBOOK).read_bytes() == b"bob's"  # his own, under his name
+    assert by_student["bsmith"].renamed == {NOTEBOOK: f"x_jdoe_attempt_2026-03-20-00-00-00_{NOTEBOOK}"}
+    assert _timestamp(_submitted(course_copy, "bsmith")) == _local(2026, 3, 16, 18, 30, 0)
+
+
+def test_a_file_named_like_another_layout_inside_a_moodle_folder_stays_its_uploaders(course_copy, tmp_path):
+    """Canvas's and Blackboard's layouts read only the files at the top of a flat download: a Moodle student's
+    upload named like a Canvas file with Jane's LMS id is that student's, and the download is still Moodle's."""
+    source = _zip(tmp_path / "moodle.zip", {
+        f"Bob Smith_22222_assignsubmission_file_/bob_12345_1_{NOTEBOOK}": (b"bob's", MARCH),
+    })
+
+    assert detect([(f"Bob Smith_22222_assignsubmission_file_", f"bob_12345_1_{NOTEBOOK}")]).name == "moodle"
+    by_student = _by_student(collect(course_copy, ASSIGNMENT, source, roster=ROSTER))
+
+    assert sorted(by_student) == ["bsmith"] and not _submitted(course_copy, "jdoe").exists()
+    assert (_submitted(course_copy, "bsmith") / NOTEBOOK).read_bytes() == b"bob's"
+
+
+def test_two_files_that_claim_one_students_notebook_are_both_flagged_and_neither_collected(course_copy, tmp_path):
+    """Two Canvas users resolve to Jane (her LMS id, and an unknown id with her name); two Blackboard files claim
+    Bob's one attempt. Neither overwrites the other: none of them is collected, and the instructor is told."""
+    earlier = canvas_zip(tmp_path / "first.zip", {canvas_name("Doe, Jane", 12345, 1, NOTEBOOK): b"jane, first"},
+                         zipped_at=MARCH)
+    collect(course_copy, ASSIGNMENT, earlier, roster=ROSTER)
+    source = canvas_zip(tmp_path / "submissions.zip", {
+        canvas_name("Doe, Jane", 12345, 2, NOTEBOOK): b"jane",
+        canvas_name("Doe, Jane", 99999, 3, NOTEBOOK): b"someone else named Jane Doe",
+    }, zipped_at=LATER)
+
+    jane = _by_student(collect(course_copy, ASSIGNMENT, source, roster=ROSTER))["jdoe"]
+
+    assert jane.needs_attention and not jane.collected
+    assert any(p.startswith("needs a look: files of lms_user_id=12345") and "lms_user_id=99999" in p
+               for p in jane.problems), jane.problems
+    assert "the previous submission was kept" in jane.problems
+    assert (_submitted(course_copy, "jdoe") / NOTEBOOK).read_bytes() == b"jane, first"
+
+    blackboard = tmp_path / "bb"
+    blackboard.mkdir()
+    for name in (f"A 1_bsmith_attempt_2026-03-14-09-00-00_{NOTEBOOK}", f"A 1_bsmith_attempt_2026-03-14-09-00-00_{NOTEBOOK.replace('.ipynb', '-1.ipynb')}"):
+        (blackboard / name).write_bytes(b"bob")
+    (blackboard / f"A 1_bsmith_attempt_2026-03-14-09-00-00_{ASSIGNMENT} (1).ipynb").write_bytes(b"bob again")
+    bob = _by_student(collect(course_copy, ASSIGNMENT, blackboard, roster=ROSTER))["bsmith"]
+    assert not bob.collected and any("two files claim the same attempt" in p for p in bob.problems), bob.problems
+
+
+def test_lateness_is_the_lms_record_or_said_unknown(tmp_path):
+    """With a deadline: a time recorded (timestamp.txt) gives how late; the LMS's mark without a time, "marked late,
+    time unknown"; neither (Moodle's download without its worksheet), TIME_NOT_RECORDED, never "on time"."""
+    from autograder.grading.records import deadlines
+    from autograder.grading.records.handed_in import write_mark
+
+    nothing, marked, on_time, stamped = (tmp_path / n for n in ("nothing", "marked", "on_time", "stamped"))
+    for folder in (nothing, marked, on_time, stamped):
+        folder.mkdir()
+    write_mark(marked, True)
+    write_mark(on_time, False)
+    (stamped / "timestamp.txt").write_text("2026-03-14 10:00:00.000000 UTC")
+
+    assert deadlines.lateness(nothing, 0.0) == deadlines.TIME_NOT_RECORDED
+    assert deadlines.lateness(nothing, 0.0, due=False) == ""
+    assert deadlines.lateness(marked, 1.0) == deadlines.TIME_UNKNOWN
+    assert deadlines.lateness(on_time, 0.0) == ""  # Canvas's download without LATE: on time by its record
+    assert deadlines.lateness(stamped, 3 * 3600.0) == "3 h"

@@ -109,6 +109,8 @@ class _Entry:
     refused: str = ""  # why it may not be collected (a link, not a regular file, encrypted)
     empty_folder: bool = False  # not a file: a folder with nothing in it (a student who handed in nothing)
     handed_in: datetime | None = None  # the submission time its name carries (Blackboard, a regexp's timestamp)
+    claimed_by: str = ""  # who the LMS says handed it in, as the download names them (its own id, or a name)
+    original: str = ""    # its path in the download
 
 
 def collect(course: Course, assignment: str, source: Path, *, layout: str | None = None,
@@ -215,7 +217,9 @@ def _collect_entries(entries: list[_Entry], outside: CollectResult, described: s
                 result.problems.append(f"{error}: its time is unknown")
         parts = (student, *groups["file_id"].split("/"))
         students.setdefault(student, []).append(_Entry(parts, entry.size, handed_in or entry.modified, entry.open,
-                                                       entry.refused, handed_in=handed_in))
+                                                       entry.refused, handed_in=handed_in,
+                                                       claimed_by=_claimed_by(groups),
+                                                       original="/".join(entry.parts)))
     if not students and not unknown:
         found = f" (found only: {', '.join(shown(n) for n in outside.unexpected + outside.problems)})" \
             if outside.unexpected or outside.problems else ""
@@ -229,8 +233,17 @@ def _collect_entries(entries: list[_Entry], outside: CollectResult, described: s
     return ordered + ([outside] if outside.unexpected or outside.problems else [])
 
 
+def _claimed_by(groups: dict[str, str]) -> str:
+    """Who the download says handed a file in: the LMS's parts of its name (never the student's file name)."""
+    return "/".join(f"{key}={groups[key]}" for key in ("lms_user_id", "student_id", "email", "full_name",
+                                                        "sortable_name", "first_name", "last_name") if groups.get(key))
+
+
 def _latest_attempts(entries: list[_Entry], result: CollectResult) -> list[_Entry]:
-    """Of several attempts at one file (resubmissions: ``nb.ipynb``, ``nb-1.ipynb``, two dated attempts), the latest."""
+    """Of several attempts at one file (resubmissions: ``nb.ipynb``, ``nb-1.ipynb``, two dated attempts), the latest.
+
+    Files that claim one student's file as two people (two LMS ids, or an id and a name, mapped to one student), or
+    as one attempt twice, are all left out and said, so that neither overwrites the other: an instructor looks."""
     attempts: dict[str, list[tuple[datetime, int, _Entry]]] = {}
     for entry in entries:
         name, number = resubmission_key("/".join(entry.parts[1:]))
@@ -238,6 +251,11 @@ def _latest_attempts(entries: list[_Entry], result: CollectResult) -> list[_Entr
     kept = []
     for name, found in attempts.items():
         found.sort(key=lambda a: (a[0], a[1]))
+        clash = _clash(found)
+        if clash:
+            listed = ", ".join(f'"{shown(e.original)}"' for _, _, e in found)
+            result.problems.append(f"needs a look: {clash} ({listed}); none of them collected")
+            continue
         latest = found[-1][2]
         kept.append(latest)
         if len(found) > 1:
@@ -245,6 +263,17 @@ def _latest_attempts(entries: list[_Entry], result: CollectResult) -> list[_Entr
             result.notes.append(f'resubmitted: kept the latest, "{shown("/".join(latest.parts[1:]))}"'
                                 f"{_when(latest)}, not {older}")
     return kept
+
+
+def _clash(found: list[tuple[datetime, int, _Entry]]) -> str:
+    """Why files that claim to be one student's attempts at one notebook cannot be told apart ('' if they can)."""
+    claimants = sorted({e.claimed_by for _, _, e in found})
+    if len(claimants) > 1:
+        return "files of " + " and ".join(shown(c) for c in claimants) + " claim the same student's notebook"
+    keys = [(time, number) for time, number, _ in found]
+    if len(set(keys)) < len(keys):
+        return "two files claim the same attempt"
+    return ""
 
 
 def _when(entry: _Entry) -> str:
@@ -267,7 +296,9 @@ def _collect_student(result: CollectResult, entries: list[_Entry], how: _How, gr
             result.problems.append(f'refused "{shown(name)}": {entry.refused}')
         else:
             files[name] = entry
-    own_time = _own_timestamp(files.pop("timestamp.txt", None), result)
+    # nbgrader's own record of when a student folder was handed in; in an LMS's download a file of that name
+    # is one a student uploaded: data, never a record.
+    own_time = _own_timestamp(files.pop("timestamp.txt", None), result) if result.layout == "folders" else None
     chosen = {name: files.pop(name) for name in expected if name in files}
     missing = [name for name in expected if name not in chosen]
     notebooks = [name for name in files if name.lower().endswith(".ipynb")]

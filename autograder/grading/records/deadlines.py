@@ -29,6 +29,9 @@ from autograder.grading.records.handed_in import marked_late
 
 FILE = "deadlines.json"
 TIME_UNKNOWN = "marked late, time unknown"  # how late, for a submission the LMS marked late without a time
+# How late, for a submission whose download records neither a time nor a late mark (Moodle's download without its
+# grading worksheet, student folders without timestamp.txt): unknown, never guessed, and no penalty taken.
+TIME_NOT_RECORDED = "time unknown (the download records none: collect --times)"
 PERIODS = {"hour": 3600.0, "day": 86400.0}
 
 
@@ -189,9 +192,14 @@ def submission_time(folder: Path, policy: Policy, student: str, recorded: dateti
     return (deadline + timedelta(minutes=policy.grace_minutes, seconds=1)).astimezone(timezone.utc).replace(tzinfo=None)
 
 
-def lateness(folder: Path, seconds: float) -> str:
-    """How late the submission in ``folder`` is, for grades.csv: ``describe_lateness``, or TIME_UNKNOWN."""
-    return TIME_UNKNOWN if seconds > 0 and _late_without_time(folder) else describe_lateness(seconds)
+def lateness(folder: Path, seconds: float, due: bool = True) -> str:
+    """How late the submission in ``folder`` is, for grades.csv: ``describe_lateness``, TIME_UNKNOWN, or, when
+    there is a deadline (``due``) and the LMS recorded neither a time nor a late mark, TIME_NOT_RECORDED."""
+    if seconds > 0 and _late_without_time(folder):
+        return TIME_UNKNOWN
+    if due and not (folder / "timestamp.txt").exists() and marked_late(folder) is None:
+        return TIME_NOT_RECORDED
+    return describe_lateness(seconds)
 
 
 def _late_without_time(folder: Path) -> bool:

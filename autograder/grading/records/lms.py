@@ -17,8 +17,10 @@ from datetime import datetime, timezone
 
 from autograder.course import Course, CourseError
 
-# Built-in layouts, most specific first (a tie in matched notebooks goes to the earlier one).
-# ``on`` says what the expression reads: the file's name, or its path inside the download.
+# Built-in layouts, most specific first. ``on`` says what the expression reads: the file's name, or its path
+# inside the download. Each is read from the start of the name or path, where the LMS writes who handed the
+# file in, when, and its own marks; the student names only the file at the end (``file_id``), which is data:
+# it can never name another student, an attempt or a time.
 LAYOUTS: dict[str, tuple[str, str]] = {
     # Canvas "Download Submissions": doejane_12345_67890_01_first_function.ipynb,
     # doejane_LATE_12345_67890_01_first_function-1.ipynb (user id, then attachment id).
@@ -27,8 +29,9 @@ LAYOUTS: dict[str, tuple[str, str]] = {
     # (older versions: the same without the folder's slash).
     "moodle": ("path", r"(?P<full_name>[^/_]+)_(?P<lms_user_id>\d+)_assignsubmission_[a-z]+_/?(?P<file_id>.+)"),
     # Blackboard "Download Assignment": Assignment 1_jdoe_attempt_2026-03-14-09-26-52_01_first_function.ipynb,
-    # beside a receipt Assignment 1_jdoe_attempt_2026-03-14-09-26-52.txt.
-    "blackboard": ("name", r"(?P<assignment_name>.*)_(?P<student_id>[^_/]+)_attempt_"
+    # beside a receipt Assignment 1_jdoe_attempt_2026-03-14-09-26-52.txt. The assignment's name is read lazily:
+    # the first "_<user>_attempt_<time>_" is Blackboard's own, whatever the student's file name after it says.
+    "blackboard": ("name", r"(?P<assignment_name>.*?)_(?P<student_id>[^_/]+)_attempt_"
                            r"(?P<timestamp>\d{4}-\d\d-\d\d-\d\d-\d\d-\d\d)(?:_(?P<file_id>.+)|(?P<receipt>\.txt))"),
     # A folder per student: <student_id>/01_first_function.ipynb.
     "folders": ("path", r"(?P<student_id>[^/]+)/(?P<file_id>.+)"),
@@ -86,6 +89,8 @@ class Layout:
 
     def match(self, parts: tuple[str, ...]) -> dict[str, str] | None:
         """The named groups for a file at ``parts``, or None if this layout does not read it."""
+        if self.on == "name" and self.name in LAYOUTS and len(parts) != 1:
+            return None  # a flat download (Canvas, Blackboard): a file in a folder was named by a student
         text = "/".join(parts) if self.on == "path" else parts[-1]
         found = self.pattern.match(text)
         if not found:

@@ -216,7 +216,9 @@ def _mark_late_pages(course: Course, assignment: str, pages: list[Path]) -> None
         cost = f"; late penalty: {row['penalty']} points, already taken from the score below" if row.get("penalty") \
             else "; no points were taken for it"
         how_late = ("Marked late by the course's LMS, which does not say when: counted as late by the least the late "
-                    "policy counts" if row["late"] == deadlines.TIME_UNKNOWN else f"Handed in {row['late']} late")
+                    "policy counts" if row["late"] == deadlines.TIME_UNKNOWN
+                    else "The course's LMS recorded no time for this submission: it is not counted as late"
+                    if row["late"] == deadlines.TIME_NOT_RECORDED else f"Handed in {row['late']} late")
         notice = (f'<div class="late-notice" style="margin:1em;padding:.5em 1em;border:2px solid #c60;">'
                   f"{html.escape(how_late)}{html.escape(due)}{html.escape(cost)}.</div>")
         text = page.read_text(encoding="utf-8")

@@ -27,6 +27,7 @@ from matplotlib.ticker import MaxNLocator
 from nbgrader.api import Gradebook, MissingEntry
 
 from autograder.course import Course, CourseError
+from autograder.grading.records.deadlines import TIME_NOT_RECORDED
 from autograder.grading.records.grades import is_by_hand, refresh_scores
 from autograder.grading.results.markup import markdown_to_html
 
@@ -199,9 +200,14 @@ def _summary_text(result: Report) -> str:
     if result.statuses:
         lines.append("- grading status (grades.csv): "
                      + ", ".join(f"{status} {count}" for status, count in result.statuses.items()))
-    if result.late:
-        lines.append(f"- handed in late: {len(result.late)} ("
-                     + ", ".join(f"{s} {late}, penalty {p}" for s, (late, p) in result.late.items()) + ")")
+    late = {s: (when, p) for s, (when, p) in result.late.items() if when != TIME_NOT_RECORDED}
+    if late:
+        lines.append(f"- handed in late: {len(late)} ("
+                     + ", ".join(f"{s} {when}, penalty {p}" for s, (when, p) in late.items()) + ")")
+    unrecorded = sorted(set(result.late) - set(late))
+    if unrecorded:
+        lines.append(f"- no time recorded by the LMS (not counted late; `collect --times` gives times): "
+                     f"{len(unrecorded)} ({', '.join(unrecorded)})")
     waiting = {e.name: e.to_grade for e in result.exercises if e.to_grade}
     if waiting:
         lines.append("- answers still to grade by hand (formgrader; they count 0 in the scores above): "
