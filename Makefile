@@ -13,7 +13,7 @@ export JUPYTER_CONFIG_PATH := $(CURDIR)/autograder/authoring
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 .DEFAULT_GOAL := help
-.PHONY: help install lab test release validate clean browser postgres book benchmark gpu-check \
+.PHONY: help install lab test release validate clean browser postgres book book-serve benchmark gpu-check \
         roster collect deadline grade feedback report similarity export-grades demo bench-grade bench-check \
         student-dist self-study-dist
 
@@ -27,6 +27,8 @@ $(STAMP): pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11 or newer is needed, found " + sys.version.split()[0]'
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[jupyter,grading,book,test]'
+	@# The instructor's JupyterLab (make lab) asks nothing about Jupyter's news (the students' edition's settings do the same)
+	$(BIN)/jupyter labextension disable --level=sys_prefix @jupyterlab/apputils-extension:announcements >/dev/null
 	touch $@
 
 # Jupyter refuses to start as root unless told to (containers often run as root).
@@ -135,6 +137,9 @@ self-study-dist: install  ## The self-study edition, WITH solutions: dist/self-s
 book: install  ## Build the course as a website in book/ (Sphinx + MyST-NB; runs cached in build/book/)
 	$(BIN)/python -m autograder book
 
-clean:  ## Remove the instructor workspace (grading/), book/, dist/ and caches; keeps .venv
-	rm -rf grading book build/book dist .pytest_cache test-artifacts
+book-serve: install  ## Build the book, then serve it at http://127.0.0.1:8000/ (search with excerpts) until Ctrl-C
+	$(BIN)/python -m autograder book --serve
+
+clean:  ## Remove the instructor workspace (grading/), book/, dist/, the demo (build/demo) and caches; keeps .venv
+	rm -rf grading book build/book build/demo dist .pytest_cache test-artifacts
 	find . -name __pycache__ -not -path './$(VENV)/*' -prune -exec rm -rf {} +

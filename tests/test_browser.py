@@ -23,6 +23,7 @@ from playwright.sync_api import expect
 
 from autograder.course import Course
 from autograder.grading.demo.make_demo import DEMO_ROOT
+from autograder.grading.demo.workspace import WORKSPACE
 from browsing import Steps
 from conftest import filled_release, nbgrader_meta, read_notebook, running_jupyter, solution_answers, source
 
@@ -141,8 +142,9 @@ def test_student_fills_an_exercise_runs_all_and_validates(course_copy, page, tmp
 
 
 
-def prepare_graded_class(course: Course) -> dict[str, tuple[float, float]]:
-    """The demo class graded in ``course`` by `python -m autograder demo`: {student: (score, max)}.
+def prepare_graded_class(course: Course) -> tuple[Course, dict[str, tuple[float, float]]]:
+    """The demo class graded by `python -m autograder demo` run in ``course``: the demo's own course (its
+    workspace, build/demo/) and {student: (score, max)}. The course's own grading/ stays untouched.
 
     The scores expected are the ones the demo documents (measured with plain nbgrader); the
     student whose file is not a notebook is graded 0.
@@ -150,17 +152,20 @@ def prepare_graded_class(course: Course) -> dict[str, tuple[float, float]]:
     expected = json.loads((DEMO_ROOT / "expected_scores.json").read_text())
     subprocess.run([sys.executable, "-m", "autograder", "demo"], cwd=course.root, env=course.environment(),
                    check=True, capture_output=True, timeout=600)
-    return {student: (score or 0, expected["max_score"]) for student, score in expected["scores"].items()}
+    demo = Course(course.root / WORKSPACE)
+    assert (demo.grading / "grades.csv").is_file() and not (course.grading / "grades.csv").exists()
+    assert not (course.grading / "deadlines.json").exists() and not (course.grading / "submitted").exists()
+    return demo, {student: (score or 0, expected["max_score"]) for student, score in expected["scores"].items()}
 
 
 def test_instructor_opens_the_formgrader(course_copy, page, tmp_path_factory):
     """The formgrader, opened from Lab's Nbgrader menu, lists the assignments and the graded students."""
-    scores = prepare_graded_class(course_copy)
+    demo, scores = prepare_graded_class(course_copy)
     with open(DEMO_ROOT / "roster.csv", newline="") as roster:
         names = {r["id"]: f"{r['last_name']}, {r['first_name']}" for r in csv.DictReader(roster)}
     steps = Steps(page, "instructor")
 
-    with jupyterlab(course_copy, tmp_path_factory.mktemp("lab")) as (base, token):
+    with jupyterlab(demo, tmp_path_factory.mktemp("lab")) as (base, token):
         with steps.step("open JupyterLab"):
             page.goto(f"{base}/lab?token={token}")
             page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Nbgrader$")).wait_for()
@@ -175,7 +180,7 @@ def test_instructor_opens_the_formgrader(course_copy, page, tmp_path_factory):
             rows = formgrader.locator("tbody tr", has=formgrader.locator(".num-submissions"))
             expect(rows.filter(has_text=ASSIGNMENT)).to_have_count(1)
             listed = [name.strip() for name in rows.locator(".name").all_inner_texts()]
-            assert set(course_copy.assignments()) <= set(listed), f"formgrader lists {listed}"
+            assert set(demo.assignments()) <= set(listed), f"formgrader lists {listed}"
             graded_row = rows.filter(has=formgrader.get_by_text(ASSIGNMENT, exact=True))
             assert graded_row.locator(".num-submissions").inner_text().strip() == str(len(scores))
 
@@ -209,16 +214,16 @@ def hand_in_a_right_notebook_with_markup_and_a_long_error(course: Course, downlo
 def test_feedback_page_and_class_report_offline(course_copy, page, tmp_path):
     """A feedback page from the real pipeline, offline at 1280 px: hints folded, maths rendered, a long error
     wrapped, the student's markup inert; then the HTML class report with its figures."""
-    prepare_graded_class(course_copy)  # the demo class: graded, feedback and report written
-    hand_in_a_right_notebook_with_markup_and_a_long_error(course_copy, tmp_path / "download")
+    demo, _ = prepare_graded_class(course_copy)  # the demo class, graded in its workspace: feedback, report
+    hand_in_a_right_notebook_with_markup_and_a_long_error(demo, tmp_path / "download")
     for step in (["collect", ASSIGNMENT, str(tmp_path / "download")], ["grade", ASSIGNMENT], ["feedback", ASSIGNMENT],
                  ["report", ASSIGNMENT]):
-        done = subprocess.run([sys.executable, "-m", "autograder", *step], cwd=course_copy.root,
-                              env=course_copy.environment(), capture_output=True, text=True, timeout=600)
+        done = subprocess.run([sys.executable, "-m", "autograder", *step], cwd=demo.root,
+                              env=demo.environment(), capture_output=True, text=True, timeout=600)
         # zed is not on the demo's roster: collect says so (exit 1) and collects the notebook all the same.
         assert done.returncode == 0 or step[0] == "collect" and "zed: collected" in done.stdout, done.stderr
-    feedback = course_copy.grading / "feedback" / "zed" / ASSIGNMENT / f"{ASSIGNMENT}.html"
-    released = read_notebook(course_copy.release / ASSIGNMENT / f"{ASSIGNMENT}.ipynb")["cells"]
+    feedback = demo.grading / "feedback" / "zed" / ASSIGNMENT / f"{ASSIGNMENT}.html"
+    released = read_notebook(demo.release / ASSIGNMENT / f"{ASSIGNMENT}.ipynb")["cells"]
     hints_written = sum(source(c).count("<details>") for c in released if c["cell_type"] == "markdown")
     fetched, dialogs = [], []
     page.context.route(re.compile(r"^https?://"), lambda route: (fetched.append(route.request.url), route.abort()))
@@ -278,7 +283,7 @@ def test_feedback_page_and_class_report_offline(course_copy, page, tmp_path):
         assert fetched == [], f"the page fetched {fetched}"
 
     with steps.step("open the HTML class report with its figures"):
-        report = course_copy.grading / "reports" / ASSIGNMENT / "summary.html"
+        report = demo.grading / "reports" / ASSIGNMENT / "summary.html"
         page.goto(report.as_uri())
         expect(page.locator("h1")).to_have_text(re.compile(f"^{ASSIGNMENT}: class report"))
         expect(page.locator("table tbody tr")).to_have_count(5)

@@ -145,3 +145,12 @@ def test_jupyterlab_started_as_a_student_starts_it_shows_no_instructor_tool_and_
         with steps.step("no formgrader on the server"):
             status = page.request.get(f"{base}/formgrader?token={token}").status
             assert status == 404, status
+
+
+def test_the_instructors_jupyterlab_asks_nothing_about_jupyter_news():
+    """`make install` turns JupyterLab's announcements plugin off in the course's environment (issue 40), as the
+    students' edition does, so `make lab` opens without the "official Jupyter news?" prompt."""
+    page_config = Path(sys.prefix) / "etc" / "jupyter" / "labconfig" / "page_config.json"
+    assert page_config.is_file(), f"{page_config} is missing: `make install` writes it"
+    disabled = json.loads(page_config.read_text()).get("disabledExtensions", {})
+    assert disabled.get("@jupyterlab/apputils-extension:announcements") is True, disabled

@@ -105,7 +105,7 @@ def publish(course: Course, out: Path, self_study: bool = False, archive: bool =
     """
     if not course.has_solutions or not course.release.is_dir():
         raise CourseError(f"publish needs the instructor's course (solutions/ and course/) at {course.root}")
-    repository = checked_repository(repository) if repository else student_repository(course, required=True)
+    repository = checked_repository(repository) if repository else student_repository(course)
     released = sorted(p.name for p in course.release.iterdir() if any(p.glob("*.ipynb")))
     for assignment in assignments or ():
         course.check_assignment(assignment)
@@ -138,7 +138,8 @@ def publish(course: Course, out: Path, self_study: bool = False, archive: bool =
         shutil.copyfile(data, out / "autograder" / "student" / "data" / data.name)
     shutil.copyfile(course.root / "constraints.txt", out / "constraints.txt")
     settings = (course.root / "pyproject.toml").read_text(encoding="utf-8")  # the edition names its own home
-    settings = re.sub(r'(?m)^student-repository = ".*"$', f'student-repository = "{repository}"', settings)
+    if repository:
+        settings = re.sub(r'(?m)^student-repository = ".*"$', f'student-repository = "{repository}"', settings)
     (out / "pyproject.toml").write_text(settings + _students_jupyter(out), encoding="utf-8")
     if (course.root / "binder").is_dir():
         shutil.copytree(course.root / "binder", out / "binder", ignore=_junk)
@@ -223,8 +224,19 @@ def _name(requirement: str) -> str:
     return re.split(r"[<>=!~;\[ ]", requirement, maxsplit=1)[0].lower().replace("_", "-")
 
 
-def _readme(course: Course, self_study: bool, repository: str, assignments: list[str]) -> str:
+# An edition made before the course names its students' repository (``repository`` None): handed out as a zip
+# or through JupyterHub, its README and notebooks link nowhere, and it says so.
+NO_REPOSITORY = ("This edition names no repository of its own, so it has no Colab or Binder links: work in the "
+                 "folder your instructor handed out (a zip, or your class's JupyterHub), as below.")
+
+
+def _readme(course: Course, self_study: bool, repository: str | None, assignments: list[str]) -> str:
     edition = (TEMPLATES / "SELF_STUDY.md").read_text(encoding="utf-8") if self_study else ""
     template = string.Template((TEMPLATES / "README.md").read_text(encoding="utf-8"))
-    return template.substitute(repository=repository, notebook_links=links_table(course, repository, assignments), edition=edition,
-                               binder=binder_url(repository, "course"))
+    if repository is None:
+        return template.substitute(notebook_links=NO_REPOSITORY, edition=edition, online_ways="",
+                                   get_it="cd course-autograd  # the folder your instructor handed out, unzipped")
+    online = string.Template((TEMPLATES / "ONLINE.md").read_text(encoding="utf-8"))
+    return template.substitute(notebook_links=links_table(course, repository, assignments), edition=edition,
+                               online_ways=online.substitute(binder=binder_url(repository, "course")),
+                               get_it=f"git clone {repository} course-autograd && cd course-autograd")

@@ -20,12 +20,24 @@ def add_arguments(parser) -> None:
                              "a book built there before is updated")
     parser.add_argument("--work", type=Path,
                         help="folder for Sphinx's sources, doctrees and the execution cache (default: build/book/)")
+    parser.add_argument("--serve", nargs="?", type=int, const=8000, default=None, metavar="PORT",
+                        help="after building, serve the book at http://127.0.0.1:PORT/ (default 8000) until Ctrl-C: "
+                             "search then shows each result's excerpt, which browsers refuse to fetch from disk")
 
 
 def run(args, course: Course) -> int:
-    from autograder.authoring.book import build
+    from autograder.authoring.book import build, server
 
     built = build(course, args.output or course.root / "book", args.assignments, args.work)
     print(f"notebooks executed: {len(built.executed)} ({', '.join(built.executed) or 'all from the cache'})")
-    print(f"open {built.index} in a browser")
+    if args.serve is None:
+        print(f"open {built.index} in a browser (search lists titles only from disk; for its excerpts, serve the "
+              f"book: make book-serve, or python -m autograder book --serve)")
+        return 0
+    with server(built.index.parent, args.serve) as http:
+        print(f"serving the book at http://127.0.0.1:{http.server_address[1]}/ (Ctrl-C stops it)", flush=True)
+        try:
+            http.serve_forever()
+        except KeyboardInterrupt:
+            pass
     return 0

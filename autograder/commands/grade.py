@@ -86,6 +86,10 @@ def run(args, course: Course) -> int:
     problems = len(with_problems(rows))  # (the table above names them, with why)
     print(", ".join(f"{n} {s}" for s, n in counts.items()) + f"; wrote {course.grading / GRADES_CSV}; "
           f"{count(problems, 'student')} with problems")
+    penalised = sum(1 for r in rows if r.penalty)
+    if penalised:
+        print(f"{count(penalised, 'late penalty', 'late penalties')} taken: the scores above, {GRADES_CSV}, feedback, "
+              "report and export are after them; nbgrader's formgrader shows scores and averages before them")
     reasons: dict[str, list[str]] = {}
     for r in rows:
         if r.regraded:

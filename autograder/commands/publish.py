@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from autograder.commands import count
@@ -27,6 +28,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args, course: Course) -> int:
+    from autograder.authoring.colab import UNSET, student_repository
     from autograder.authoring.publish import publish
 
     out = args.out or course.root / "dist" / ("self-study-edition" if args.self_study else "student-edition")
@@ -35,4 +37,7 @@ def run(args, course: Course) -> int:
     files = sum(1 for p in written.rglob("*") if p.is_file())
     label = "self-study edition (WITH the solutions)" if args.self_study else "student distribution (no solutions)"
     print(f"wrote the {label}: {written} ({count(files, 'file')}) and {written}.zip")
+    if student_repository(course) is None and not args.repository:
+        print(f"note: the edition has no Colab or Binder links (hand out the zip, or use JupyterHub): {UNSET}",
+              file=sys.stderr)
     return 0

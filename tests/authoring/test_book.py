@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import urllib.parse
 import urllib.request
 import zipfile
@@ -22,7 +23,7 @@ import pytest
 from playwright.sync_api import expect
 
 from autograder.authoring import book as book_module
-from autograder.authoring.book import build
+from autograder.authoring.book import build, server
 from autograder.authoring.colab import CELL_ID, REPOSITORY_VARIABLE, binder_url, colab_url
 from autograder.course import Course, CourseError
 from browsing import Steps
@@ -411,3 +412,29 @@ def test_reader_uses_the_book_offline(built_book, page):
                 ids = set(page.eval_on_selector_all("[id]", "elements => elements.map(e => e.id)"))
                 assert anchors <= ids, f"{path.name} has no anchors {sorted(anchors - ids)}"
         assert len(wanted) > len(pages) and sum(map(len, wanted.values())) > 5 * len(pages)
+
+
+def test_the_served_book_shows_search_excerpts_and_its_code_fits_the_column(built_book, page):
+    """Served over HTTP (`make book-serve`), search shows each result's excerpt, which browsers refuse to fetch from
+    disk; and at 1280 px no code or output block of 07 or 10 hides behind a sideways scroll bar (issue 40)."""
+    http = server(built_book.output, 0)
+    threading.Thread(target=http.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{http.server_address[1]}"
+    page.context.route(re.compile(r"^https?://(?!127\.0\.0\.1[:/])"), lambda route: route.abort())  # offline
+    page.set_viewport_size({"width": 1280, "height": 900})
+    steps = Steps(page, "book-served")
+    try:
+        with steps.step("search the served book: each result has its excerpt"):
+            page.goto(f"{base}/search.html?q=gradgradcheck")
+            expect(page.locator("#search-results li p.context").first).to_contain_text("gradgradcheck")
+        for chapter in ("07_gpu_timing", "10_triton_kernels"):
+            with steps.step(f"every code and output block of {chapter} fits the column"):
+                page.goto(f"{base}/{chapter}/{chapter}.html")
+                blocks = page.locator("article.bd-article pre")
+                assert blocks.count() > 10
+                wide = blocks.evaluate_all("blocks => blocks.filter(b => b.scrollWidth > b.clientWidth + 1)"
+                                           ".map(b => b.textContent.slice(0, 80))")
+                assert not wide, f"{len(wide)} blocks of {chapter} scroll sideways: {wide[:3]}"
+    finally:
+        http.shutdown()
+        http.server_close()

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from autograder.course import Course
+from autograder.grading.demo.workspace import WORKSPACE
 from autograder.grading.demo.make_demo import ASSIGNMENT, DEMO_ROOT
 from conftest import REPO, read_notebook, source
 
@@ -52,12 +53,24 @@ def hidden_test_lines(course: Course, assignment: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory) -> tuple[Course, subprocess.CompletedProcess]:
-    """A course copy on which `python -m autograder demo` has run once."""
+    """The demo's own workspace after `python -m autograder demo` has run once in a course copy."""
     root = tmp_path_factory.mktemp("demo-course")
     for folder in ("solutions", "course"):
         shutil.copytree(REPO / folder, root / folder)
-    course = Course(root)
-    return course, autograder(course, "demo")
+    run = autograder(Course(root), "demo")
+    return Course(root / WORKSPACE), run
+
+
+@pytest.mark.slow
+def test_the_demo_never_meets_the_class(demo):
+    """The demo grades in build/demo/: the course's grading/, where a real class is graded, holds no demo student,
+    deadline or penalty, and the demo's output says where it is and how to remove it (issue 40)."""
+    workspace, run = demo
+    course = Course(workspace.root.parent.parent)
+    assert workspace.assignments() == [ASSIGNMENT] and (workspace.grading / "grades.csv").is_file()
+    assert not any((course.grading / name).exists() for name in ("grades.csv", "deadlines.json", "submitted",
+                                                                  "gradebook.db", "feedback"))
+    assert "graded in its own workspace, build/demo/" in run.stdout and "rm -rf build/demo" in run.stdout
 
 
 @pytest.mark.slow
@@ -80,6 +93,7 @@ def test_demo_grades_match_plain_nbgrader_scores(demo):
             assert row["status"] == "graded", student
     assert all(rows[s]["late"] == "" for s in EXPECTED["extended"])  # late, but within the extension
     assert "8 graded, 1 invalid notebook, 1 missing" in run.stdout
+    assert "1 late penalty taken" in run.stdout and "formgrader shows scores and averages before them" in run.stdout
     assert f"every test cell's points ({EXPECTED['max_score']:g}) decided by the referee" in run.stdout
     assert "10 students added" in run.stdout
     assert "due 2026-03-16 23:59 UTC" in run.stdout and "dana +2 days" in run.stdout

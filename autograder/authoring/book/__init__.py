@@ -142,6 +142,21 @@ def build(course: Course, output: Path, assignments: list[str] | None = None,
     return Built(output / "index.html", executed)
 
 
+def server(folder: Path, port: int = 8000):
+    """An HTTP server for the built book on 127.0.0.1:``port`` (0: any free port), not yet serving.
+
+    Opened from disk the book works offline, search included, but browsers refuse the requests that fetch each
+    result's excerpt from a ``file://`` page, so search lists titles only; served over HTTP it shows them."""
+    from functools import partial
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    class Quiet(SimpleHTTPRequestHandler):
+        def log_message(self, *args) -> None:  # one line per request is noise in a terminal
+            pass
+
+    return ThreadingHTTPServer(("127.0.0.1", port), partial(Quiet, directory=str(folder)))
+
+
 def _prepare_output(output: Path) -> None:
     """Build over a Sphinx book or into an empty folder; remove an old generator's book; refuse anything else."""
     if output.is_file():
