@@ -65,7 +65,8 @@ NO_CUDA = "no CUDA: skipped"
 # HOOK (assignment 10): the timings of its Triton kernels, KERNEL_TIMINGS = "module:function";
 # the function is called as function(out_dir=Path, device=str) and returns a dict of plain data (JSON),
 # which goes into gpu_check.json and report.md. It may write up to two files of its own into out_dir
-# (the other steps write six; whoever collects the folder may take eight). It runs last, within the
+# (the other steps write seven: nine in all, so a tool that brings back at most eight files takes the
+# folder as one archive, `tar czf gpu-check.tgz OUT_DIR`). It runs last, within the
 # budget's remaining time (it is skipped under 10 s). None: the step says it is not wired.
 KERNEL_TIMINGS: str | None = "autograder.authoring.kernel_timings:record"
 # ---------------------------------------------------------------------------------------------
