@@ -3,7 +3,7 @@
 For whoever next has an NVIDIA GPU (``make gpu-check``). It needs only python3 with torch, numpy,
 matplotlib and pytest: no internet, none of the course's other dependencies (no nbgrader, Jupyter or
 Playwright); run it from the repository's root with ``PYTHONPATH=.``. In order, each step within
-the time left of ``--budget`` seconds (default 280: under five minutes on one GPU):
+the time left of ``--budget`` seconds (default 420: seven minutes on one GPU):
 
 1. the machine: GPU, driver's CUDA, torch, Triton;
 2. every checker entry point on CUDA tensors, with right and wrong Functions
@@ -13,13 +13,19 @@ the time left of ``--budget`` seconds (default 280: under five minutes on one GP
    (``CUDA_VISIBLE_DEVICES=""``: a CUDA build of torch without a GPU, as on Colab's CPU runtime);
 4. the recorder (``record_timings``) on a sweep small enough for the time, up to 2**27 elements,
    with its like-with-like timer checks (latency against ``Timer.timeit(1)``, throughput against
-   ``blocked_autorange``, each within 10%), for the compiled fused Function and the built-in;
+   ``blocked_autorange``, each within 10%), for the compiled fused Function and the built-in, and
+   its tools (``record_tools``: a profiler trace of Exercise 3's Function, its launch overhead eager,
+   from CUDA graphs, compiled with ``mode="reduce-overhead"`` and in the default mode, with
+   ``triton.testing.do_bench``; CUDA events; read and write bandwidth; matrix products): a tool that
+   fails fails the step, the others are still recorded;
 5. the tests marked ``gpu`` (pytest), reading the record step 4 made;
 6. assignment 10's kernel timings (``KERNEL_TIMINGS``, below: ``autograder.authoring.kernel_timings``).
 
 It writes into OUT_DIR, which it creates: ``report.md`` (what ran and what it found), ``gpu_check.json``
-(all of it as data), ``pytest.log``, and the new record ``reference_cuda.json`` with its two figures:
-six files, and assignment 10's ``kernels_cuda.json`` and ``kernels_cuda.txt``. Without CUDA every GPU step says "no CUDA: skipped" and the command still ends cleanly.
+(all of it as data), ``pytest.log``, and assignment 07's new record: ``reference_cuda.json``, its two figures
+``reference_cuda_time.png`` and ``reference_cuda_throughput.png``, and its trace ``profile_cuda.json`` (copy
+these four into ``autograder/student/data/`` to ship them); then assignment 10's ``kernels_cuda.json`` and
+``kernels_cuda.txt``. Without CUDA every GPU step says "no CUDA: skipped" and the command still ends cleanly.
 Exit status 0 when nothing failed.
 """
 
@@ -52,13 +58,15 @@ CPU_SWEEP = {"min_exp": 8, "max_exp": 12, "step": 2}
 # assignment 10's kernel timings (Triton compiles its kernels on a fresh machine first).
 RESERVED = 150
 CPU_OPTIONS = ("--no-compile", "--warmup", "2", "--repeats", "5", "--timer-seconds", "0.1", "--threads", "1")
+TOOL_KEYS = ("launch_overhead", "events", "memory", "matmul")  # what record_tools adds to the record, for the report
 NO_CUDA = "no CUDA: skipped"
 
 # ---------------------------------------------------------------------------------------------
 # HOOK (assignment 10): the timings of its Triton kernels, KERNEL_TIMINGS = "module:function";
 # the function is called as function(out_dir=Path, device=str) and returns a dict of plain data (JSON),
 # which goes into gpu_check.json and report.md. It may write up to two files of its own into out_dir
-# (the other steps write six; whoever collects the folder may take eight). It runs last, within the
+# (the other steps write seven: nine in all, so a tool that brings back at most eight files takes the
+# folder as one archive, `tar czf gpu-check.tgz OUT_DIR`). It runs last, within the
 # budget's remaining time (it is skipped under 10 s). None: the step says it is not wired.
 KERNEL_TIMINGS: str | None = "autograder.authoring.kernel_timings:record"
 # ---------------------------------------------------------------------------------------------
@@ -211,14 +219,17 @@ def recorder(step: Step, out: Path, device: str = "cuda", sweep: dict = SWEEP, o
     bars = {"latency": bench.LATENCY_BAR, "throughput": bench.THROUGHPUT_BAR}
     verdicts = {f"{name}, {way}": check[way]["relative_difference"] <= bars[way]
                 for name, check in checks.items() for way in bars}
+    errors = data.get("tool_errors", {})
     step.data.update(record=output.name, timer_checks=checks, within_bars=verdicts,
                      copy_bandwidth_gbps=data["copy_bandwidth_gbps"],
                      nominal_peak_bandwidth_gbps=data["nominal_peak_bandwidth_gbps"],
                      fused_fraction_of_copy=data["fused_fraction_of_copy"], small_call=data.get("small_call"),
-                     crossover={k: v for k, v in (data.get("crossover") or {}).items() if k.endswith("elements")})
-    step.status = "passed" if all(verdicts.values()) else "failed"
-    step.summary = "; ".join(f"{name}: {check[way]['relative_difference']:.1%} apart (bar {bars[way]:.0%})"
-                             for name, check in checks.items() for way in bars)
+                     crossover={k: v for k, v in (data.get("crossover") or {}).items() if k != "cpu" and k != "gpu"},
+                     profile=data.get("profile"), tool_errors=errors, **{key: data.get(key) for key in TOOL_KEYS})
+    step.status = "passed" if all(verdicts.values()) and not errors else "failed"
+    step.summary = "; ".join([f"{name}: {check[way]['relative_difference']:.1%} apart (bar {bars[way]:.0%})"
+                              for name, check in checks.items() for way in bars]
+                             + [f"tool {tool} failed: {error.strip().splitlines()[-1]}" for tool, error in errors.items()])
 
 
 def _env() -> dict:
@@ -295,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
                                      description="Check the course's GPU half on a GPU; write a report into OUT_DIR.")
     parser.add_argument("out_dir", type=Path, help="the folder to write report.md, gpu_check.json, pytest.log and "
                                                    "the new record into (created)")
-    parser.add_argument("--budget", type=float, default=280.0, help="seconds for all steps (default 280)")
+    parser.add_argument("--budget", type=float, default=420.0, help="seconds for all steps (default 420)")
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
                         help="cpu: run every step on the CPU, on tiny sizes, to check this command without a GPU")
     args = parser.parse_args(argv)

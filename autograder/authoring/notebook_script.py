@@ -48,6 +48,23 @@ def compile_cell(source: str, filename: str):
     return compile(source, filename, "exec")
 
 
+def run_cells(path, cell_ids, module: str, names: dict | None = None) -> dict:
+    """The code cells of the notebook at ``path`` whose ids are ``cell_ids``, run in that order (as plain Python,
+    each under a file name of its own in ``linecache``) in a new module ``module`` (registered in ``sys.modules``:
+    torch.compile looks a function's module up there) that starts with ``names``; returns its namespace."""
+    path = Path(path)
+    cells = {cell.get("id"): cell for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]}
+    made = types.ModuleType(module)
+    sys.modules[module] = made
+    namespace = made.__dict__
+    namespace.update(names or {})
+    for cell_id in cell_ids:
+        source = cells[cell_id]["source"]
+        source = "".join(source) if isinstance(source, list) else source
+        exec(compile_cell(source, f"<{path.stem} cell {cell_id}>"), namespace)  # noqa: S102 - the course's own notebook
+    return namespace
+
+
 def run_notebook(path, tail: int = 1500) -> list[dict]:
     """Run ``path``'s code cells in order in one namespace, in its folder; one row per cell run."""
     os.environ.setdefault("MPLBACKEND", "Agg")

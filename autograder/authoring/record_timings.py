@@ -30,12 +30,14 @@ import torch
 import torch.nn.functional as F
 from torch.utils.benchmark import Timer
 
+from autograder.authoring import record_tools
 from autograder.authoring.timed_functions import FUSED, FUSED_EAGER, VARIANTS
 from autograder.student.timing import (COLUMNS, DATA_DIR, COPY, BYTES_MODEL, FORMAT, ILLUSTRATIVE_FILE,
                                        LARGEST_EXPONENT, async_demo, available_devices, cpu_name, cpu_threads,
                                        device_name, illustrative_dataset, latency_and_throughput,
                                        nominal_peak_bandwidth_gbps, saved_bytes, sweep, sync_debug_report,
                                        throughput_seconds, timed_call, variant, workload_tensors, write_figures)
+from autograder.student.traces import trace_file
 
 RECORD_DIR = DATA_DIR  # package data: autograder/student/data/
 
@@ -143,8 +145,10 @@ def cold_start(device, elements: int, repeats: int = 10) -> dict:
 
 
 def record(device, sizes, also_cpu: bool = True, compile: bool = True, warmup: int = 5,
-           repeats: int = 20, timer_seconds: float = 1.0, log: Callable[[str], None] = print) -> dict:
-    """Run the sweep on ``device`` (and on the CPU too, for comparison) and return the record."""
+           repeats: int = 20, timer_seconds: float = 1.0, log: Callable[[str], None] = print,
+           tools: bool = True) -> dict:
+    """Run the sweep on ``device`` (and on the CPU too, for comparison) and return the record; with ``tools``,
+    also what ``record_tools`` measures (its trace under the key ``TRACE``, for ``main`` to write apart)."""
     device = torch.device(device).type
     load_before = _load_average()
     first = cold_start(device, min(sizes))  # before anything else runs on the device
@@ -210,7 +214,19 @@ def record(device, sizes, also_cpu: bool = True, compile: bool = True, warmup: i
     if device == "cuda":
         result["async_demo"] = async_demo(device, largest)
         result["sync_debug"] = sync_debug_report(device)
+    if tools:
+        found = record_tools.tools(device, lambda call, where: median_time(call, where, warmup=warmup, repeats=repeats),
+                                   synchronizer(device), compile=compile)
+        trace = found.pop("profile", None)
+        if trace is not None:
+            result["profile"] = {"file": trace_file(device), "steps": trace["otherData"]["steps"],
+                                 "elements": trace["otherData"]["elements"]}
+            result[TRACE] = trace  # main writes it beside the record, as the file named above
+        result.update(found)
     return result
+
+
+TRACE = "trace (written to its own file)"
 
 
 SMALL = 4096  # elements of the small call: far below the size where a GPU starts to pay off
@@ -233,22 +249,30 @@ def small_call(device, elements: int = SMALL) -> dict:
             "throughput_seconds": throughput_seconds(call, synchronizer(device), calls=100)}
 
 
-def crossover(device, sizes=CROSSOVER_SIZES) -> dict:
+def crossover(device, sizes=CROSSOVER_SIZES, rounds: int = 3) -> dict:
     """From what size built-in F.silu forward+backward on ``device`` beats one CPU core, as latency and as
-    throughput: assignment 07's comparison, measured the way its notebook measures it."""
+    throughput: assignment 07's comparison, measured the way its notebook measures it, in ``rounds`` rounds
+    (one round's crossover moves from round to round: the record keeps each, and their median)."""
     def call_at(where):
         return lambda n: timed_call(variant("built-in F.silu"), *workload_tensors(n, where), "forward+backward")
 
     def latency(call, where, warmup, repeats, synchronize):
         return median_time(call, where, warmup=warmup, repeats=repeats)
 
-    with cpu_threads(1):
-        cpu = latency_and_throughput(sizes, call_at("cpu"), latency, lambda: None)
-    gpu = latency_and_throughput(sizes, call_at(device), latency, synchronizer(device), device=device)
-    found = {f"{way}_elements": crossover_elements(sizes, [r[way] for r in cpu], [r[way] for r in gpu])
-             for way in ("latency", "throughput")}
+    runs = []
+    for _ in range(rounds):
+        with cpu_threads(1):
+            cpu = latency_and_throughput(sizes, call_at("cpu"), latency, lambda: None)
+        gpu = latency_and_throughput(sizes, call_at(device), latency, synchronizer(device), device=device)
+        runs.append({**{f"{way}_elements": crossover_elements(sizes, [r[way] for r in cpu], [r[way] for r in gpu])
+                        for way in ("latency", "throughput")}, "cpu": cpu, "gpu": gpu})
+    found = {}
+    for key in ("latency_elements", "throughput_elements"):
+        values = [run[key] for run in runs if run[key] is not None]
+        found[key] = statistics.median(values) if values else None
     return {"workload": "built-in F.silu, forward+backward", "against": "one CPU core", **found,
-            "cpu": cpu, "gpu": gpu}
+            "rounds": [{k: v for k, v in run.items() if k.endswith("_elements")} for run in runs],
+            "cpu": runs[-1]["cpu"], "gpu": runs[-1]["gpu"]}
 
 
 def crossover_elements(sizes, baseline, candidate) -> float | None:
@@ -325,6 +349,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="JSON file to write (default: autograder/student/data/reference_<device>.json); "
                              "figures go beside it as <name>_time.png and <name>_throughput.png")
     parser.add_argument("--no-figures", action="store_true", help="write the JSON only")
+    parser.add_argument("--no-tools", action="store_true",
+                        help="skip the tools (profile, launch overhead, events, memory, matmul: record_tools)")
     parser.add_argument("--illustrative", type=Path, nargs="?", const=RECORD_DIR / ILLUSTRATIVE_FILE,
                         metavar="PATH", help="instead of measuring, write the made-up (model) two-device "
                                              f"dataset (default path: autograder/student/data/{ILLUSTRATIVE_FILE})")
@@ -352,12 +378,19 @@ def main(argv: list[str] | None = None) -> int:
         sizes.append(2 ** max_exp)
     print(f"sweeping {device} ({device_name(device)}): sizes 2**{args.min_exp} .. 2**{max_exp}")
     data = record(device, sizes, also_cpu=not args.no_cpu, compile=not args.no_compile, warmup=args.warmup,
-                  repeats=args.repeats, timer_seconds=args.timer_seconds)
+                  repeats=args.repeats, timer_seconds=args.timer_seconds, tools=not args.no_tools)
     data["command"] = " ".join(["python -m autograder.authoring.record_timings", *(argv if argv is not None else sys.argv[1:])])
     output = args.output or RECORD_DIR / f"reference_{device}.json"
     output.parent.mkdir(parents=True, exist_ok=True)
+    trace = data.pop(TRACE, None)
+    if trace is not None:
+        path = output.with_name(data["profile"]["file"])
+        path.write_text(json.dumps(trace) + "\n", encoding="utf-8")
+        print(f"wrote {path}")
     output.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
     print(f"wrote {output}")
+    for tool, error in data.get("tool_errors", {}).items():
+        print(f"error in {tool}: {error.splitlines()[-1]}", file=sys.stderr)
     if not args.no_figures:
         for path in write_figures(data, output.with_suffix("")):
             print(f"wrote {path}")

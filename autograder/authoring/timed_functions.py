@@ -1,6 +1,7 @@
 """The custom Functions the reference recordings of assignment 07 time, and the recorded variants.
 
-They are exercise answers (assignment 02's ``SiLU``, 07's ``BiasGELU``) or would pass their
+They are exercise answers (assignment 02's ``SiLU``; 07's ``BiasGELU`` of Exercise 3, read from the
+solution notebook itself, so that the record times the Function students write) or would pass their
 tests (the compiled fused Function), so they stay with the instructor: the student's library
 (``autograder.student.timing``) defines only the copy and torch's built-ins, and a notebook adds
 the student's own Functions as ``Variant``s. ``record_timings`` times the variants listed here.
@@ -9,16 +10,23 @@ the student's own Functions as ``Variant``s. ``record_timings`` times the varian
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
+from autograder.authoring.notebook_script import run_cells
 from autograder.student.timing import COPY, Variant, variant
 
+SOLUTION_07 = Path(__file__).resolve().parents[2] / "solutions" / "07_gpu_timing" / "07_gpu_timing.ipynb"
 FUSED = "fused Function (compiled)"  # torch.compile'd kernels called inside forward and backward
-FUSED_EAGER = "fused Function (eager)"
-COMPILED_CALLER = "compiled caller (eager Function inside)"  # torch.compile of the code that calls the Function
+# BiasGELU below: keeps one tensor, but its forward and backward are torch's own GELU kernels (gelu, gelu_backward),
+# which the students' Function of Exercise 3 is not (its backward is written with erf and exp: about a dozen kernels).
+FUSED_EAGER = "Function on torch's GELU kernels (eager)"
+EXERCISE_3 = "Exercise 3's BiasGELU (eager)"  # the solution notebook's own Function
+COMPILED_CALLER = "compiled caller (Exercise 3's BiasGELU inside)"  # torch.compile of the code that calls it
 
 
 class SiLU(torch.autograd.Function):
@@ -46,10 +54,11 @@ def _bias_grad(grad_h: torch.Tensor, bias_shape: torch.Size) -> torch.Tensor:
 
 
 class BiasGELU(torch.autograd.Function):
-    """gelu(x + bias) in eager torch ops, keeping only the pre-activation h = x + bias.
+    """gelu(x + bias) on torch's own GELU kernels, keeping only the pre-activation h = x + bias.
 
     Each torch op is still its own kernel: two forward (add, gelu), two backward (torch's GELU
-    derivative, the bias sum). What the Function saves is memory: one tensor instead of three.
+    derivative ``gelu_backward``, the bias sum). Not Exercise 3's Function (``exercise_3_bias_gelu``),
+    whose backward computes the derivative from erf and exp in about a dozen kernels.
     """
 
     @staticmethod
@@ -88,16 +97,30 @@ def compiled_kernels() -> tuple[Callable, Callable]:
     return _compiled(_fused_forward), _compiled(_fused_backward)
 
 
+@functools.cache
+def exercise_3_bias_gelu(notebook: Path = SOLUTION_07) -> type:
+    """Exercise 3's ``BiasGELU`` as the solution notebook defines it (its cell ``bias_gelu``, run as plain Python)."""
+    return run_cells(notebook, ["bias_gelu"], "solution_07", {"torch": torch, "math": math, "F": F})["BiasGELU"]
+
+
+def calling(function: type) -> Callable:
+    """``call(x, bias)`` that applies ``function``: code that calls a Function, for torch.compile or a CUDA graph to
+    take whole (the class is a constant of the closure, so that tracing it reads no notebook)."""
+    def call(x, bias):
+        return function.apply(x, bias)
+    return call
+
+
 def _call_bias_gelu(x, bias):
-    return BiasGELU.apply(x, bias)
+    return exercise_3_bias_gelu().apply(x, bias)
 
 
 @functools.cache
 def compiled_caller() -> Callable:
-    """The usual way to compile: the code that calls the eager ``BiasGELU``, compiled whole. torch.compile
+    """The usual way to compile: the code that calls Exercise 3's eager ``BiasGELU``, compiled whole. torch.compile
     traces through the Function's forward and backward into graphs of its own, fused by inductor; no
     compiled code is called from inside the Function."""
-    return _compiled(_call_bias_gelu)
+    return _compiled(calling(exercise_3_bias_gelu()))
 
 
 class FusedBiasGELU(torch.autograd.Function):
@@ -127,6 +150,7 @@ VARIANTS = (
     variant("built-in F.gelu(x + bias)"),
     variant("unfused composition"),
     Variant("bias_gelu", FUSED_EAGER, BiasGELU.apply),
+    Variant("bias_gelu", EXERCISE_3, _call_bias_gelu),
     Variant("bias_gelu", FUSED, FusedBiasGELU.apply, compiled=True),
     Variant("bias_gelu", COMPILED_CALLER, lambda x, bias: compiled_caller()(x, bias), compiled=True),
 )

@@ -33,9 +33,13 @@ import torch.nn.functional as F
 from torch.utils.benchmark import Timer
 
 from autograder.student.records import (  # noqa: F401 - re-exported: 07 and the recorder read them as bench.*
-    DATA_DIR, FORMAT, FUSED_BAR, FUSED_BAR_DEVICE, ILLUSTRATIVE_FILE, ILLUSTRATIVE_MODEL, LATENCY_BAR,
+    DATA_DIR, FORMAT, FUSED_BAR, FUSED_BAR_DEVICES, ILLUSTRATIVE_FILE, ILLUSTRATIVE_MODEL, LATENCY_BAR,
     PROVENANCE_KEYS, THROUGHPUT_BAR, TIMER_FIGURES, check_record, complete, describe, figures,
     illustrative_dataset, illustrative_record, load_record, reference_gpu_record, reference_record,
+)
+from autograder.student.toy_cuda import TOY_CUDA  # noqa: F401 - re-exported: 07 reads it as bench.TOY_CUDA
+from autograder.student.traces import (  # noqa: F401 - re-exported: 07 reads them as bench.*
+    illustrative_trace, profile_steps, reference_trace, reference_traces,
 )
 
 COLUMNS = 1024  # the last dimension of every workload tensor (a hidden size); the bias has this length
@@ -279,21 +283,25 @@ def latency_and_throughput(sizes, call_at: Callable[[int], Callable[[], object]]
 
 
 def async_demo(device, elements: int, repeats: int = 10) -> dict:
-    """What the clock says right after a launch, and how long the work takes (CUDA only).
+    """When one call returns, and when its work is done (CUDA only); and what a call costs back to back.
 
-    The launch: the clock read just after the call returns, on an idle GPU. The work:
-    ``torch.utils.benchmark.Timer``, which waits for the GPU before each clock read.
+    On an idle GPU, the clock is read just after the call returns (``launch_seconds``) and again after
+    ``torch.cuda.synchronize`` (``finished_seconds``): the same call, medians of ``repeats``. Then
+    ``torch.utils.benchmark.Timer.blocked_autorange``: seconds per call when calls run back to back
+    (``back_to_back_seconds``, a throughput: not one call's time).
     """
     x, bias, _ = workload_tensors(elements, device)
-    launch = []
+    launch, finished = [], []
     for _ in range(repeats):
         torch.cuda.synchronize(device)  # an empty queue: the launch does not wait for earlier kernels
         start = time.perf_counter()
         F.gelu(x + bias)
         launch.append(time.perf_counter() - start)
+        torch.cuda.synchronize(device)
+        finished.append(time.perf_counter() - start)
     work = Timer("F.gelu(x + bias)", globals={"F": F, "x": x, "bias": bias}).blocked_autorange(min_run_time=0.2)
-    return {"elements": elements, "statement": "F.gelu(x + bias)",
-            "launch_seconds": statistics.median(launch), "finished_seconds": work.median}
+    return {"elements": elements, "statement": "F.gelu(x + bias)", "launch_seconds": statistics.median(launch),
+            "finished_seconds": statistics.median(finished), "back_to_back_seconds": work.median}
 
 
 SYNC_SNIPPETS = ("x.sum().item()", "x.cpu()", "print(x[:2, :2])", "bool((x > 0).any())",

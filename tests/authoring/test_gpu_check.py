@@ -13,11 +13,13 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 from autograder.authoring import gpu_check
+from autograder.authoring.timed_functions import FUSED_EAGER
 from autograder.authoring.notebook_script import code_cells, run_notebook
 
 REPO = Path(__file__).resolve().parents[2]
@@ -88,19 +90,54 @@ def test_the_entry_point_and_recorder_steps_run_on_the_cpu(tmp_path):
     gpu_check.entry_points(step, "cpu")
     assert step.status == "passed" and len(step.data["rows"]) == 32 and step.summary.startswith("32 of 32")
     step = gpu_check.Step("recorder")
-    gpu_check.recorder(step, tmp_path, "cpu", {"min_exp": 8, "max_exp": 10, "step": 2}, gpu_check.CPU_OPTIONS)
+    # (the recorder's tools are left out here: tests/authoring/test_record_timings.py records them on the CPU, and
+    # test_a_tool_that_failed_fails_the_recorder_step_and_says_which below runs the step with them)
+    gpu_check.recorder(step, tmp_path, "cpu", {"min_exp": 8, "max_exp": 10, "step": 2},
+                       (*gpu_check.CPU_OPTIONS, "--no-tools"))
     record = json.loads((tmp_path / "reference_cpu.json").read_text())
     assert record["largest_elements"] == 1024 and record["cpu_threads"] == 1
     assert {p.name for p in tmp_path.iterdir()} == {"reference_cpu.json", "reference_cpu_time.png",
                                                      "reference_cpu_throughput.png"}
+    assert step.data["tool_errors"] == {} and step.data["profile"] is None
     checks = step.data["timer_checks"]
-    assert set(checks) == {"fused Function (eager)", "built-in F.gelu(x + bias)"}
+    assert set(checks) == {FUSED_EAGER, "built-in F.gelu(x + bias)"}
     for name, check in checks.items():
         for way, bar in (("latency", 0.10), ("throughput", 0.10)):  # on a loaded CPU they may disagree: reported
             assert step.data["within_bars"][f"{name}, {way}"] == (check[way]["relative_difference"] <= bar)
     assert step.status == ("passed" if all(step.data["within_bars"].values()) else "failed")
-    assert "| fused Function (eager), 1024 elements |" in gpu_check.report(
+    assert f"| {FUSED_EAGER}, 1024 elements |" in gpu_check.report(
         {"date": "d", "seconds": 1, "budget_seconds": 2, "steps": [vars(step)]})
+
+
+def test_a_tool_that_failed_fails_the_recorder_step_and_says_which(tmp_path, monkeypatch):
+    """A recorder whose tool broke (CUPTI missing for the profile, say) still writes its record; the step fails,
+    naming the tool and its error, so that no one copies a record with a hole in it unawares. (The recorder runs
+    in this process here, so that one of its tools can be made to fail.)"""
+    from autograder.authoring import record_timings
+
+    recorded = record_timings.record
+
+    def record_with_a_broken_tool(*args, **kwargs):
+        data = recorded(*args, **kwargs)
+        data["tool_errors"] = {"profile": "Traceback ...\nRuntimeError: CUPTI is not available\n"}
+        return data
+
+    def run_here(command, **kwargs):  # the recorder's command here; any other (platform's uname) as it is
+        if command[1:3] != ["-m", "autograder.authoring.record_timings"]:
+            return run(command, **kwargs)
+        return SimpleNamespace(returncode=record_timings.main(command[3:]), stdout="", stderr="")
+
+    run = subprocess.run
+
+    monkeypatch.setattr(record_timings, "record", record_with_a_broken_tool)
+    monkeypatch.setattr(gpu_check.subprocess, "run", run_here)
+    step = gpu_check.Step("recorder")
+    gpu_check.recorder(step, tmp_path, "cpu", {"min_exp": 8, "max_exp": 8, "step": 2},
+                       (*gpu_check.CPU_OPTIONS, "--no-figures"))
+    assert step.status == "failed" and "tool profile failed: RuntimeError: CUPTI is not available" in step.summary
+    assert json.loads((tmp_path / "reference_cpu.json").read_text())["tool_errors"] == step.data["tool_errors"]
+    assert (tmp_path / "profile_cpu.json").exists(), "the other tools were recorded: the trace beside the record"
+    assert [r["way"] for r in step.data["launch_overhead"]] == ["eager"] * 3 and step.data["matmul"]
 
 
 def test_a_step_that_breaks_or_finds_no_time_is_reported_and_the_others_still_run(tmp_path):

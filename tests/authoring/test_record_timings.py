@@ -22,7 +22,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from autograder.authoring import record_timings
+from autograder.authoring import record_timings, record_tools
 from autograder.authoring import timed_functions
 from autograder.student import timing as bench
 from autograder import check_function
@@ -96,7 +96,7 @@ def test_cpu_record_bandwidths_come_from_its_own_rows(cpu_record):
         assert agreement[way][f"{name}_seconds"] == statistics.median(r[name] for r in agreement["rounds"])
     assert "Timer.timeit(1)" in data["method"]["timer_check"] and "blocked_autorange" in data["method"]["timer_check"]
     assert data["saved_bytes_per_element"] == {"built-in F.gelu(x + bias)": 4.0, "unfused composition": 12.0,
-                                               timed_functions.FUSED_EAGER: 4.0}
+                                               timed_functions.FUSED_EAGER: 4.0, timed_functions.EXERCISE_3: 4.0}
 
 
 def test_cpu_record_byte_counts_follow_the_model(cpu_record):
@@ -113,6 +113,39 @@ def test_cpu_record_writes_two_png_figures(cpu_record):
     _, folder, _ = cpu_record
     for name in ("record_time.png", "record_throughput.png"):
         assert (folder / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", f"{name} is not a PNG"
+
+
+def test_cpu_record_holds_the_tools_and_its_trace_beside_it(cpu_record):
+    data, folder, _ = cpu_record
+    assert data["tool_errors"] == {}
+    trace = json.loads((folder / data["profile"]["file"]).read_text())
+    assert data["profile"]["file"] == "profile_cpu.json" and record_timings.TRACE not in data
+    steps = [e["name"] for e in trace["traceEvents"] if e["cat"] == "user_annotation"]
+    assert {name: steps.count(name) for name in steps} == data["profile"]["steps"] == trace["otherData"]["steps"]
+    assert sorted(data["profile"]["elements"].values()) == [256, 65536], "the smallest and largest tool sizes"
+    assert trace["otherData"]["workload"].startswith(timed_functions.EXERCISE_3)
+    rows = data["launch_overhead"]
+    assert [(r["elements"], r["way"]) for r in rows] == [(n, "eager") for n in (256, 4096, 65536)], \
+        "on a CPU with --no-compile: eager only (CUDA graphs and reduce-overhead need CUDA)"
+    assert all(r["latency_seconds"] > 0 and r["throughput_seconds"] > 0 and "do_bench_seconds" not in r for r in rows)
+    memory = data["memory"]
+    assert memory["elements"] == 65536 and all(memory[f"{way}_gbps"] > 0 for way in ("read", "write", "copy"))
+    assert [r["n"] for r in data["matmul"]] == [64, 128, 256, 512]
+    for r in data["matmul"]:
+        assert r["flops"] == 2 * r["n"] ** 3 and r["bytes"] == 12 * r["n"] ** 2
+        assert r["gflops"] == pytest.approx(r["flops"] / r["seconds"] / 1e9)
+    assert "events" not in data, "CUDA events need CUDA"
+
+
+def test_a_tool_that_fails_is_recorded_and_the_others_still_run(monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("no such tool here")
+
+    monkeypatch.setattr(record_tools, "memory", broken)
+    monkeypatch.setattr(record_tools, "launch_overhead", lambda *args, **kwargs: [])
+    found = record_tools.tools("cpu", lambda call, device: 1e-3, lambda: None, compile=False, sizes=(256,))
+    assert "RuntimeError: no such tool here" in found["tool_errors"]["memory"] and "memory" not in found
+    assert set(found) == {"profile", "launch_overhead", "matmul", "tool_errors"} and found["launch_overhead"] == []
 
 
 def test_a_missing_device_is_a_clear_error(tmp_path, capsys):
@@ -200,9 +233,13 @@ def test_crossover_elements_is_where_the_candidate_wins_for_good(sizes, base, ca
 def test_small_call_and_crossover_measure_latency_and_throughput_on_the_cpu():
     small = record_timings.small_call("cpu", elements=1024)
     assert small["elements"] == 1024 and small["latency_seconds"] > 0 and small["throughput_seconds"] > 0
-    found = record_timings.crossover("cpu", sizes=(256, 1024))
+    found = record_timings.crossover("cpu", sizes=(256, 1024), rounds=2)
     assert [r["elements"] for r in found["cpu"]] == [r["elements"] for r in found["gpu"]] == [256, 1024]
     assert set(found) >= {"latency_elements", "throughput_elements"} and found["against"] == "one CPU core"
+    assert len(found["rounds"]) == 2 and all(set(r) == {"latency_elements", "throughput_elements"} for r in found["rounds"])
+    for way in ("latency_elements", "throughput_elements"):  # the median of the rounds that found one
+        seen = [r[way] for r in found["rounds"] if r[way] is not None]
+        assert found[way] == (statistics.median(seen) if seen else None)
 
 
 # --------------------------------------------------------------------------------------------
@@ -224,6 +261,18 @@ def test_compiled_fused_bias_gelu_matches_torch_and_keeps_only_its_inputs():
     check_function(timed_functions.FusedBiasGELU, lambda x, b: F.gelu(x + b), torch.randn(6), torch.randn(6))
     x, bias = torch.randn(100, 8), torch.randn(8)
     assert bench.saved_bytes(timed_functions.FusedBiasGELU.apply, x, bias) == 4 * (800 + 8)
+
+
+def test_exercise_3_s_function_is_the_solution_notebook_s_and_compiles_whole_in_its_caller():
+    """The record times the students' Function: the solution's cell, run as it is (erf and exp in backward)."""
+    function = timed_functions.exercise_3_bias_gelu()
+    assert function.__name__ == "BiasGELU" and function is not timed_functions.BiasGELU
+    check_function(function, lambda x, b: F.gelu(x + b), torch.randn(4, 8), torch.randn(8))
+    compiled = torch.compile(timed_functions.calling(function), backend="aot_eager", fullgraph=True)
+    x, bias = torch.randn(3, 8, requires_grad=True), torch.randn(8, requires_grad=True)
+    grads = torch.autograd.grad(compiled(x, bias).sum(), (x, bias))
+    expected = torch.autograd.grad(F.gelu(x + bias).sum(), (x, bias))
+    assert all(torch.allclose(g, e, atol=1e-6) for g, e in zip(grads, expected))
 
 
 def test_fused_functions_keep_a_third_of_the_unfused_composition():
@@ -257,24 +306,31 @@ def test_gpu_record_has_provenance_and_each_timing_helper_agrees_with_its_timer_
     assert data["device"] == "cuda" and data["device_name"] == torch.cuda.get_device_name()
     assert data["cuda_version"] == torch.version.cuda and data["largest_elements"] == 2 ** 27
     assert data["fused_variant"] == timed_functions.FUSED
-    assert {r["variant"] for r in data["sweep"]} >= {timed_functions.FUSED, timed_functions.COMPILED_CALLER}
+    assert {r["variant"] for r in data["sweep"]} >= {timed_functions.FUSED, timed_functions.COMPILED_CALLER,
+                                                      timed_functions.EXERCISE_3}
+    assert data["tool_errors"] == {}, data["tool_errors"]
+    ways = {r["way"] for r in data["launch_overhead"]}
+    assert ways == {record_tools.EAGER, record_tools.GRAPH, record_tools.REDUCE_OVERHEAD, record_tools.DEFAULT_COMPILE}
+    assert all(r["do_bench_seconds"] > 0 for r in data["launch_overhead"])
+    assert data["events"]["per_call_seconds"] > 0 and data["memory"]["read_gbps"] > 0 and data["matmul"]
+    assert data["profile"]["file"] == "profile_cuda.json"
+    assert data["async_demo"]["launch_seconds"] < data["async_demo"]["finished_seconds"]
     agreement, source = bench.figures(data, "timer_agreement")
     assert source is None, "this run measured all four figures"
     assert agreement["latency"]["relative_difference"] <= bench.LATENCY_BAR, agreement
     assert agreement["throughput"]["relative_difference"] <= bench.THROUGHPUT_BAR, agreement
     assert data["small_call"]["elements"] == 4096 and set(data["crossover"]) >= {"latency_elements", "throughput_elements"}
-    assert data["async_demo"]["launch_seconds"] < data["async_demo"]["finished_seconds"]
     syncs = {entry["snippet"]: entry["synchronizes"] for entry in data["sync_debug"]}
     assert syncs["x.sum().item()"] and syncs["x.cpu()"] and not syncs["x * 2"], syncs
 
 
 @pytest.mark.gpu
 @needs_cuda
-def test_gpu_fused_function_reaches_70_percent_of_copy_bandwidth_on_h100(gpu_record):
-    if "H100" not in gpu_record["device_name"]:
-        pytest.skip(f"the performance bar is set for an NVIDIA H100; this is {gpu_record['device_name']} "
-                    f"(fused: {gpu_record['fused_fraction_of_copy']:.0%} of copy_)")
-    assert gpu_record["fused_fraction_of_copy"] >= 0.70, (
+def test_gpu_fused_function_meets_the_course_bar_on_the_gpus_it_is_set_for(gpu_record):
+    if not any(device in gpu_record["device_name"] for device in bench.FUSED_BAR_DEVICES):
+        pytest.skip(f"the performance bar is set for an NVIDIA {' or '.join(bench.FUSED_BAR_DEVICES)}; this is "
+                    f"{gpu_record['device_name']} (fused: {gpu_record['fused_fraction_of_copy']:.0%} of copy_)")
+    assert gpu_record["fused_fraction_of_copy"] >= bench.FUSED_BAR, (
         f"{gpu_record['fused_bandwidth_gbps']:.0f} GB/s against copy_ {gpu_record['copy_bandwidth_gbps']:.0f} GB/s")
 
 
