@@ -321,3 +321,18 @@ def test_the_scan_resolves_names_with_what_the_given_cells_bound():
     assert scan.problems("y = tl.inline_asm_elementwise", known) == ["line 1: `triton.language.inline_asm_elementwise`"]
     assert scan.problems("b = guard_memory", known) == ["line 1: `autograder.student`"]
     assert json.dumps(sorted(known.names["triton_op"])) == '["torch.library.triton_op"]'
+
+
+def test_the_numbers_the_guarantees_state_are_the_ones_measured_here():
+    stated = " ".join((REPO / "autograder" / "authoring" / "book" / "instructors" / "guarantees.md").read_text().split())
+    data = json.loads((REPO / "autograder" / "grading" / "running" / "judging" / "allowed.json").read_text())
+    solutions = sum(len(answer_cells(solution(a))) for a in Course(REPO).assignments())
+    demo = sum(len(answer_cells(p)) for p in demo_notebooks())
+    future = sum(1 for assignment, _, _ in corpus() if not solution(assignment).is_file())
+    for claim in (f"{sum(map(len, data['modules'].values())):,} names of {len(data['modules'])} modules",
+                  f"torch's tensor operations, functions, dtypes and constants ({len(data['modules']['torch'])} names",
+                  f"{len(data['attributes']):,} names, less hooks", f"Builtins: {len(data['builtins'])}, not",
+                  f"refuses {len(HOSTILE)} routes", f"`test_scan.py`: {len(HOSTILE)} routes",
+                  f"the ten assignments ({solutions}) and every answer of the demo class ({demo}) pass",
+                  f"do {len(corpus())} honest answers", f"and {future} for a future assignment"):
+        assert claim in stated, claim
