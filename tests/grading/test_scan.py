@@ -16,8 +16,11 @@ Linear and MulConstant, torch.library's custom_op tutorial (``register_fake`` an
 name and as methods), and Triton's tutorials (matmul with ``tl.dot`` and ``autotune``, fused softmax,
 layer norm: ``x_ptr.dtype.element_ty``, ``tl.range``, masks). Each file marks a cell with ``# %% <grade id>``;
 ``11_future_kernels.py`` holds a future assignment's kind of answer (``tl.dot``, operators registered
-through torch.library), scanned with the course's usual imports. Every cell was also run once by hand
-(its definitions, with its assignment's given cells) to see that it is Python that works.
+through torch.library), scanned with the course's usual imports. The answers are right, not only
+allowed: once, by hand (2026-11-27), each of 01-10's was put in its assignment's solution notebook (the
+k-th answer of every exercise in the k-th notebook, 26 notebooks) and judged by ``check`` as ``grade``
+judges: full marks in all 26, after ten answers that lost points were corrected; the future cells'
+kernels matched torch on Triton's CPU interpreter (their ``autotune``, which needs a GPU, was not run).
 """
 
 from __future__ import annotations

@@ -66,6 +66,7 @@ class ReLUMask(torch.autograd.Function):
         return x * positive
 
     @staticmethod
+    @torch.autograd.function.once_differentiable
     def backward(ctx, grad_output):
         positive, = ctx.saved_tensors
         return grad_output.masked_fill(~positive, 0.0)
@@ -144,13 +145,13 @@ class SiLU(torch.autograd.Function):
 class SiLU(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x):
-        s = 1 / (1 + torch.exp(-x))
-        ctx.save_for_backward(x, s)
-        return x * s
+        ctx.save_for_backward(x)  # only x: the sigmoid is cheap to compute again
+        return x / (1 + torch.exp(-x))
 
     @staticmethod
     def backward(ctx, grad_output):
-        x, s = ctx.saved_tensors
+        x, = ctx.saved_tensors
+        s = 1 / (1 + torch.exp(-x))
         derivative = s + x * s * (1 - s)
         return derivative * grad_output
 

@@ -62,10 +62,10 @@ class Linear(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_output):
         x, weight = ctx.saved_tensors
-        need_x, need_w, need_b = ctx.needs_input_grad
-        grad_x = torch.einsum("bo,oi->bi", grad_output, weight) if need_x else None
-        grad_w = torch.einsum("bo,bi->oi", grad_output, x) if need_w else None
-        grad_b = grad_output.sum(dim=0) if ctx.has_bias and need_b else None
+        needs = ctx.needs_input_grad  # two entries or three: bias may not have been passed
+        grad_x = torch.einsum("bo,oi->bi", grad_output, weight) if needs[0] else None
+        grad_w = torch.einsum("bo,bi->oi", grad_output, x) if needs[1] else None
+        grad_b = grad_output.sum(dim=0) if ctx.has_bias and needs[2] else None
         return grad_x, grad_w, grad_b
 
 # %% linear
@@ -149,7 +149,10 @@ class LinearLayer(nn.Module):
         super().__init__()
         k = in_features ** -0.5
         self.weight = nn.Parameter((torch.rand(out_features, in_features) * 2 - 1) * k)
-        self.bias = nn.Parameter((torch.rand(out_features) * 2 - 1) * k) if bias else None
+        if bias:
+            self.bias = nn.Parameter((torch.rand(out_features) * 2 - 1) * k)
+        else:
+            self.register_parameter("bias", None)
 
     def forward(self, x):
         return Linear.apply(x, self.weight, self.bias)

@@ -97,9 +97,8 @@ class LayerNorm(torch.autograd.Function):
         dxhat = grad_output * weight
         grad_x = rstd / n * (n * dxhat - dxhat.sum(-1, keepdim=True)
                              - xhat * (dxhat * xhat).sum(-1, keepdim=True))
-        reduce_dims = tuple(range(grad_output.dim() - 1))
-        grad_weight = (grad_output * xhat).sum(dim=reduce_dims)
-        grad_bias = grad_output.sum(dim=reduce_dims)
+        grad_weight = (grad_output * xhat).sum_to_size(weight.shape)
+        grad_bias = grad_output.sum_to_size(weight.shape)
         return grad_x, grad_weight, grad_bias, None
 
 # %% layer_norm

@@ -10,7 +10,6 @@ class SoftplusAndSigmoid(torch.autograd.Function):
         return softplus, sigmoid
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, grad_softplus, grad_sigmoid):
         (s,) = ctx.saved_tensors
         return grad_softplus * s + grad_sigmoid * s * (1 - s)

@@ -23,7 +23,7 @@ def measure(fn, device="cpu", warmup=3, repeats=10, clock=time.perf_counter, syn
     kind = torch.device(device).type
     if synchronize is None and kind == "cuda":
         synchronize = torch.cuda.synchronize
-    elif synchronize is None and kind == "mps" and torch.backends.mps.is_available():
+    elif synchronize is None and kind == "mps":
         synchronize = torch.mps.synchronize
     elif synchronize is None:
         def synchronize():
@@ -54,7 +54,8 @@ class Timing:
 
 
 def measure(fn, device="cpu", warmup=3, repeats=10, clock=time.perf_counter, synchronize=None):
-    sync = synchronize or (torch.cuda.synchronize if device.startswith("cuda") else (lambda: None))
+    kind = torch.device(device).type
+    sync = synchronize or {"cuda": torch.cuda.synchronize, "mps": torch.mps.synchronize}.get(kind, lambda: None)
     for _ in range(warmup):
         fn()
     sync()
@@ -140,15 +141,15 @@ class BiasGELU(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, bias):
         h = x + bias
-        ctx.save_for_backward(x, bias)
+        ctx.save_for_backward(h)
+        ctx.bias_dim = bias.dim()
         return h * 0.5 * (1 + torch.special.erf(h * SQRT_HALF))
 
     @staticmethod
     def backward(ctx, grad_output):
-        x, bias = ctx.saved_tensors
-        h = x + bias  # recomputed: cheaper than keeping it
+        h, = ctx.saved_tensors
         cdf = 0.5 * (1 + torch.special.erf(h * SQRT_HALF))
         pdf = torch.exp(-h * h / 2) * (SQRT_HALF / math.sqrt(math.pi))
         grad_h = grad_output * (cdf + h * pdf)
-        dims = [d for d in range(grad_h.dim() - bias.dim())]
+        dims = [d for d in range(grad_h.dim() - ctx.bias_dim)]
         return grad_h, grad_h.sum(dim=dims) if dims else grad_h

@@ -102,7 +102,6 @@ class QuantizeSTE(Function):
     generate_vmap_rule = True
 
     @staticmethod
-    @custom_fwd(device_type="cuda")
     def forward(w, levels: int):
         clipped = torch.clamp(w, min=-1, max=1)
         return torch.round(clipped * levels) / levels
@@ -112,7 +111,6 @@ class QuantizeSTE(Function):
         ctx.save_for_backward(inputs[0])
 
     @staticmethod
-    @custom_bwd(device_type="cuda")
     def backward(ctx, grad_output):
         w, = ctx.saved_tensors
         inside = (w >= -1) & (w <= 1)
@@ -138,12 +136,14 @@ class CheckpointedMLP(Function):
 # %% checkpointed_mlp
 class CheckpointedMLP(Function):
     @staticmethod
+    @custom_fwd(device_type="cuda")
     def forward(ctx, x, w1, w2):
         ctx.save_for_backward(x, w1, w2)
         h = x @ w1
         return F.gelu(h) @ w2
 
     @staticmethod
+    @custom_bwd(device_type="cuda")
     def backward(ctx, grad_output):
         saved = ctx.saved_tensors
         detached = [t.detach().requires_grad_() for t in saved]

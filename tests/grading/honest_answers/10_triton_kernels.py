@@ -12,8 +12,8 @@ def bias_gelu_forward_kernel(x_ptr, bias_ptr, y_ptr, n_rows, n_columns,
     column_mask = columns < n_columns
     mask = row_mask[:, None] & column_mask[None, :]
     offsets = rows[:, None] * n_columns + columns[None, :]
-    x = tl.load(x_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
-    b = tl.load(bias_ptr + columns, mask=column_mask, other=0.0).to(tl.float32)
+    x = tl.load(x_ptr + offsets, mask=mask, other=0.0)
+    b = tl.load(bias_ptr + columns, mask=column_mask, other=0.0)
     h = x + b[None, :]
     y = 0.5 * h * (1.0 + tl.erf(h * 0.7071067811865476))
     tl.store(y_ptr + offsets, y.to(y_ptr.dtype.element_ty), mask=mask)

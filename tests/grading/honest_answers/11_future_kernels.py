@@ -1,6 +1,6 @@
 """Honest answers to a future assignment 11 (Triton with tl.dot, operators registered through torch.library).
 
-There is no notebook yet: these cells are scanned with the course's usual imports (``scan.COURSE_IMPORTS``).
+There is no notebook yet: these cells are scanned with the course's usual imports (``bindings.COURSE_IMPORTS``).
 """
 
 # %% matmul_kernel
