@@ -18,8 +18,8 @@ layer norm: ``x_ptr.dtype.element_ty``, ``tl.range``, masks). Each file marks a 
 ``11_future_kernels.py`` holds a future assignment's kind of answer (``tl.dot``, operators registered
 through torch.library), scanned with the course's usual imports. The answers are right, not only
 allowed: once, by hand (2026-11-27), each of 01-10's was put in its assignment's solution notebook (the
-k-th answer of every exercise in the k-th notebook, 26 notebooks) and judged by ``check`` as ``grade``
-judges: full marks in all 26, after ten answers that lost points were corrected; the future cells'
+k-th answer of every exercise in the k-th notebook, 27 notebooks) and judged by ``check`` as ``grade``
+judges: full marks in all 27, after ten answers that lost points were corrected; the future cells'
 kernels matched torch on Triton's CPU interpreter (their ``autotune``, which needs a GPU, was not run).
 """
 
@@ -111,7 +111,7 @@ def test_every_answer_of_the_honest_corpus_passes_and_it_answers_every_exercise(
     assert problems == {}
     exercises = {(a, g) for a in Course(REPO).assignments() for g in answer_cells(solution(a))}
     assert exercises <= {(a, g) for a, g, _ in cells}  # every exercise of every assignment has honest answers
-    assert len(cells) == 87 and len(exercises) == 43
+    assert len(cells) == 89 and len(exercises) == 43
 
 
 def problems_of(source: str, given: str = "") -> list[str]:

@@ -156,3 +156,34 @@ class LinearLayer(nn.Module):
 
     def forward(self, x):
         return Linear.apply(x, self.weight, self.bias)
+
+# %% linear_layer
+import math
+
+
+class LinearLayer(nn.Module):
+    def __init__(self, in_features, out_features, bias=True):
+        super().__init__()
+        bound = 1.0 / math.sqrt(in_features)
+        self.weight = nn.Parameter(torch.empty(out_features, in_features).uniform_(-bound, bound))
+        if bias:
+            self.bias = nn.Parameter(torch.empty(out_features).uniform_(-bound, bound))
+        else:
+            self.register_parameter("bias", None)
+
+    def forward(self, x):
+        return Linear.apply(x, self.weight, self.bias)
+
+
+# a quick sanity check: a few SGD steps on y = 2x + 1 must lower the loss
+layer = LinearLayer(1, 1)
+opt = torch.optim.SGD(layer.parameters(), lr=0.1)
+xs = torch.linspace(-1, 1, 16).unsqueeze(1)
+losses = []
+for _ in range(20):
+    opt.zero_grad()
+    loss = ((layer(xs) - (2 * xs + 1)) ** 2).mean()
+    loss.backward()
+    opt.step()
+    losses.append(loss.item())
+assert losses[-1] < losses[0], f"the loss did not go down: {losses[0]:.3f} -> {losses[-1]:.3f}"

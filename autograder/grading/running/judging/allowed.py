@@ -65,6 +65,7 @@ MODULES: dict[str, str | set[str]] = {
     "torch.backends": set(),  # (only the submodules below)
     "torch.backends.mps": {"is_available", "is_built"},
     "torch.backends.cudnn": {"is_available"},
+    "torch.optim": PUBLIC,  # a training loop in an answer (03's LinearLayer is trained with SGD)
     "torch.linalg": PUBLIC,
     "torch.fft": PUBLIC,
     "torch.special": PUBLIC,
@@ -147,7 +148,7 @@ BUILTINS = {
 VALUE_TYPES = [
     "torch.Tensor", "torch.nn.Parameter", "torch.autograd.Function", "torch.autograd.function.FunctionCtx",
     "torch.autograd.function.BackwardCFunction", "torch.Size", "torch.dtype", "torch.device", "torch.finfo",
-    "torch.iinfo", "torch.Generator", "torch.cuda.Event", "torch._library.custom_ops.CustomOpDef",
+    "torch.iinfo", "torch.Generator", "torch.cuda.Event", "torch._library.custom_ops.CustomOpDef", "torch.optim.Optimizer",
     "numpy.ndarray", "numpy.generic", "numpy.dtype", "numpy.finfo", "numpy.iinfo", "numpy.random.Generator",
     "triton.language.tensor", "triton.language.constexpr", "triton.language.dtype", "triton.language.pointer_type",
     "builtins.list", "builtins.tuple", "builtins.dict", "builtins.set", "builtins.frozenset", "builtins.str",
@@ -155,7 +156,8 @@ VALUE_TYPES = [
     "builtins.property", "builtins.BaseException", "collections.Counter", "collections.deque",
     "collections.OrderedDict", "collections.defaultdict", "functools._lru_cache_wrapper", "sys.float_info",
 ]
-VALUE_EXTRA = {"training", "element_ty", "batch_size", "randomness"}  # set on instances: Module, pointer, vmap's info
+# Set on instances: Module's, a Triton pointer's, vmap's info, an optimizer's.
+VALUE_EXTRA = {"training", "element_ty", "batch_size", "randomness", "param_groups", "state", "defaults"}
 VALUE_REFUSED = {
     # the autograd graph's nodes and hooks: what the checks measure
     "grad_fn", "next_functions", "metadata", "register_prehook", "apply_jvp", "apply_boxed", "boxed_grads_call",
