@@ -305,6 +305,7 @@ HONEST_BUT_REFUSED = [
     ("@torch.compile\ndef f(x):\n    return x", "`torch.compile`"),
     ("import matplotlib.pyplot as plt", "importing `matplotlib.pyplot`"),
     ("def reduce(x, type):\n    return x.sum() if type == 'sum' else x.mean()", "`type` other than"),
+    ("%timeit f(x)", "the attribute `run_line_magic`"),  # (the examinee has no get_ipython: it failed before too)
 ]
 
 
