@@ -130,9 +130,11 @@ def publish(course: Course, out: Path, self_study: bool = False, archive: bool =
             strip_notebook(notebook)
         add_setup_cell(notebook, repository)  # installs from where this edition is published
     for module in _shipped_modules(package):
-        target = out / "autograder" / module.relative_to(package)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(module, target)
+        for path in (module, module.with_suffix(".json")):  # a module's own data goes with it (judging/allowed.json)
+            if path.is_file():
+                target = out / "autograder" / path.relative_to(package)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(path, target)
     for data in (package / "student" / "data").glob("*"):
         (out / "autograder" / "student" / "data").mkdir(parents=True, exist_ok=True)
         shutil.copyfile(data, out / "autograder" / "student" / "data" / data.name)

@@ -143,7 +143,7 @@ def test_the_distribution_is_what_students_need_and_no_instructor_tool(dist):
     assert sorted(p.name for p in (dist / "course").iterdir()) == Course(REPO).assignments()
     for name in ("README.md", "pyproject.toml", "constraints.txt", "environment.yml", "Makefile",
                  "binder/requirements.txt", "autograder/student/checker/__init__.py",
-                 "autograder/student/data/reference_cpu.json"):
+                 "autograder/student/data/reference_cpu.json", "autograder/grading/running/judging/allowed.json"):
         assert (dist / name).is_file(), name
     shipped = {p.relative_to(dist / "autograder").as_posix() for p in (dist / "autograder").rglob("*.py")}
     for tool in ("authoring/validation.py", "authoring/book/__init__.py", "authoring/record_timings.py",

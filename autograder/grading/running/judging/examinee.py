@@ -66,10 +66,11 @@ def program(trusted: dict, cells: list[dict]) -> list[dict]:
     code = [c for c in cells if c.get("cell_type") == "code" and not c.get("grade_id")]
     by_answer = {c["answer_id"]: text(c) for c in code if c.get("answer_id")}
     by_cell_id = {c["cell_id"]: text(c) for c in code if c.get("cell_id")}
-    steps = []
+    steps, known = [], scan.Known()  # what the cells before an answer bound: the scan resolves its names with it
     for cell in trusted["cells"]:
         if cell["kind"] == "given":
             steps.append({"kind": "given", "source": cell["source"], "setup": bool(cell.get("setup"))})
+            known = known.given(cell["source"], bool(cell.get("setup")))
         elif cell["kind"] == "test":
             steps.append({"kind": "test", "source": visible_source(cell["source"])})
         else:
@@ -78,8 +79,10 @@ def program(trusted: dict, cells: list[dict]) -> list[dict]:
             why = None
             if source is None:
                 why = f"your notebook has no answer cell '{grade_id}' (the grader finds it by its nbgrader id)"
-            elif scan.problems(source):
-                why = scan.refusal(grade_id, scan.problems(source))
+            elif scan.problems(source, known):
+                why = scan.refusal(grade_id, scan.problems(source, known))
+            else:
+                known = known.answer(source)
             steps.append({"kind": "answer", "grade_id": grade_id, "names": cell["names"],
                           "source": None if why else source, "why": why,
                           "refused": source is not None and why is not None})
