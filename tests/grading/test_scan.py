@@ -91,7 +91,7 @@ def test_no_solution_and_no_answer_of_the_demo_class_is_refused():
         answers = answer_cells(path)
         assert refused(path.parent.parent.name, answers) == {}, path
         scanned += len(answers)
-    assert (len(assignments), scanned) == (10, 43 + 8 * 4)
+    assert (len(assignments), scanned) == (10, 47 + 8 * 4)
 
 
 def test_every_answer_of_the_honest_corpus_passes_and_it_answers_every_exercise():
@@ -111,7 +111,7 @@ def test_every_answer_of_the_honest_corpus_passes_and_it_answers_every_exercise(
     assert problems == {}
     exercises = {(a, g) for a in Course(REPO).assignments() for g in answer_cells(solution(a))}
     assert exercises <= {(a, g) for a, g, _ in cells}  # every exercise of every assignment has honest answers
-    assert len(cells) == 89 and len(exercises) == 43
+    assert len(cells) == 93 and len(exercises) == 47
 
 
 def problems_of(source: str, given: str = "") -> list[str]:

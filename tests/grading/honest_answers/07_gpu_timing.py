@@ -153,3 +153,116 @@ class BiasGELU(torch.autograd.Function):
         grad_h = grad_output * (cdf + h * pdf)
         dims = [d for d in range(grad_h.dim() - ctx.bias_dim)]
         return grad_h, grad_h.sum(dim=dims) if dims else grad_h
+
+# %% where_time_goes
+def step_windows(trace, step):
+    windows = []
+    for event in trace["traceEvents"]:
+        if event["cat"] == "user_annotation" and event["name"] == step:
+            windows.append([event["ts"], event["ts"] + event["dur"]])
+    windows.sort(key=lambda w: w[0])
+    return windows
+
+
+def top_level_ops(trace, step):
+    windows = step_windows(trace, step)
+
+    def in_a_window(event):
+        return any(lo <= event["ts"] <= hi for lo, hi in windows)
+
+    candidates = [e for e in trace["traceEvents"]
+                  if e.get("cat") == "cpu_op" and e["name"].startswith("aten::") and in_a_window(e)]
+    top = []
+    for e in candidates:
+        inside_another = False
+        for other in candidates:
+            if other is e or other["tid"] != e["tid"] or other["dur"] <= e["dur"]:
+                continue
+            if other["ts"] <= e["ts"] and e["ts"] + e["dur"] <= other["ts"] + other["dur"]:
+                inside_another = True
+                break
+        if not inside_another:
+            top.append(e)
+    return top
+
+
+def where_time_goes(trace, step):
+    events = trace["traceEvents"]
+    launch_time = {}
+    for e in events:
+        if e["cat"] in {"cuda_runtime", "cuda_driver"} and "correlation" in e.get("args", {}):
+            launch_time[e["args"]["correlation"]] = e["ts"]
+    ops = top_level_ops(trace, step)
+    per_step = {"cpu_us": [], "aten_ops": [], "aten_us": [], "kernels": [], "kernel_us": []}
+    windows = step_windows(trace, step)
+    for lo, hi in windows:
+        mine = [op for op in ops if lo <= op["ts"] <= hi]
+        kernels = [k for k in events if k["cat"] == "kernel"
+                   and lo <= launch_time.get(k["args"]["correlation"], -math.inf) <= hi]
+        per_step["cpu_us"].append(hi - lo)
+        per_step["aten_ops"].append(len(mine))
+        per_step["aten_us"].append(sum(op["dur"] for op in mine))
+        per_step["kernels"].append(len(kernels))
+        per_step["kernel_us"].append(sum(k["dur"] for k in kernels))
+    result = {"steps": len(windows)}
+    result.update({name: statistics.median(values) for name, values in per_step.items()})
+    return result
+
+# %% gpu_time
+def gpu_time(fn, new_event, synchronize, flush=None, warmup=3, repeats=10):
+    for _ in range(warmup):
+        fn()
+    synchronize()
+    events = []
+    for _ in range(repeats):
+        if flush:
+            flush()
+        before, after = new_event(), new_event()
+        before.record()
+        fn()
+        after.record()
+        events.append((before, after))
+    synchronize()
+    milliseconds = sorted(before.elapsed_time(after) for before, after in events)
+    middle = len(milliseconds) // 2
+    median = milliseconds[middle] if len(milliseconds) % 2 else (milliseconds[middle - 1] + milliseconds[middle]) / 2
+    return median * 1e-3
+
+# %% graphed
+def graphed(fn, example_inputs, cuda, warmup=3):
+    inputs = [example.clone() for example in example_inputs]
+    stream = cuda.Stream()
+    stream.wait_stream(cuda.current_stream())
+    with cuda.stream(stream):
+        for _ in range(warmup):
+            fn(*inputs)
+    cuda.current_stream().wait_stream(stream)
+    graph = cuda.CUDAGraph()
+    with cuda.graph(graph):
+        output = fn(*inputs)
+
+    def run(*new_inputs):
+        for mine, given in zip(inputs, new_inputs):
+            mine.copy_(given)
+        graph.replay()
+        return output.clone()
+
+    return run
+
+# %% roofline
+def matmul_cost(m, k, n, element_size=4):
+    flops = 2 * m * n * k  # a multiply and an add for each of the k terms of each of the m * n outputs
+    moved = (m * k + k * n + m * n) * element_size
+    return flops, moved
+
+
+def attainable_gflops(flops, nbytes, bandwidth_gbps, peak_gflops):
+    intensity = flops / nbytes  # FLOP per byte
+    memory_bound = intensity * bandwidth_gbps
+    return peak_gflops if memory_bound > peak_gflops else memory_bound
+
+
+def time_floor(flops, nbytes, bandwidth_gbps, peak_gflops):
+    compute = flops / peak_gflops / 1e9
+    memory = nbytes / bandwidth_gbps / 1e9
+    return compute if compute > memory else memory

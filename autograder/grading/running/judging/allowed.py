@@ -59,7 +59,8 @@ MODULES: dict[str, str | set[str]] = {
     "torch.amp": {"custom_fwd", "custom_bwd", "autocast", "GradScaler", "is_autocast_available"},  # 09
     "torch.cuda": {"is_available", "synchronize", "Event", "current_device", "device_count", "get_device_name",
                    "get_device_properties", "get_device_capability", "memory_allocated", "max_memory_allocated",
-                   "reset_peak_memory_stats", "empty_cache", "manual_seed", "is_bf16_supported"},  # 07
+                   "reset_peak_memory_stats", "empty_cache", "manual_seed", "is_bf16_supported",
+                   "Stream", "current_stream", "stream", "CUDAGraph", "graph", "make_graphed_callables"},  # 07
     "torch.cuda.amp": {"custom_fwd", "custom_bwd", "autocast"},
     "torch.mps": {"synchronize", "manual_seed"},
     "torch.backends": set(),  # (only the submodules below)
@@ -148,7 +149,7 @@ BUILTINS = {
 VALUE_TYPES = [
     "torch.Tensor", "torch.nn.Parameter", "torch.autograd.Function", "torch.autograd.function.FunctionCtx",
     "torch.autograd.function.BackwardCFunction", "torch.Size", "torch.dtype", "torch.device", "torch.finfo",
-    "torch.iinfo", "torch.Generator", "torch.cuda.Event", "torch._library.custom_ops.CustomOpDef", "torch.optim.Optimizer",
+    "torch.iinfo", "torch.Generator", "torch.cuda.Event", "torch.cuda.Stream", "torch.cuda.CUDAGraph", "torch._library.custom_ops.CustomOpDef", "torch.optim.Optimizer",
     "numpy.ndarray", "numpy.generic", "numpy.dtype", "numpy.finfo", "numpy.iinfo", "numpy.random.Generator",
     "triton.language.tensor", "triton.language.constexpr", "triton.language.dtype", "triton.language.pointer_type",
     "builtins.list", "builtins.tuple", "builtins.dict", "builtins.set", "builtins.frozenset", "builtins.str",
@@ -157,7 +158,9 @@ VALUE_TYPES = [
     "collections.OrderedDict", "collections.defaultdict", "functools._lru_cache_wrapper", "sys.float_info",
 ]
 # Set on instances: Module's, a Triton pointer's, vmap's info, an optimizer's.
-VALUE_EXTRA = {"training", "element_ty", "batch_size", "randomness", "param_groups", "state", "defaults"}
+VALUE_EXTRA = {"training", "element_ty", "batch_size", "randomness", "param_groups", "state", "defaults",
+               # torch.cuda's graph API on the value an answer is given in its place (07's cuda=bench.TOY_CUDA)
+               "Stream", "current_stream", "stream", "CUDAGraph", "graph", "synchronize"}
 VALUE_REFUSED = {
     # the autograd graph's nodes and hooks: what the checks measure
     "grad_fn", "next_functions", "metadata", "register_prehook", "apply_jvp", "apply_boxed", "boxed_grads_call",
