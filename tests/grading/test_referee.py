@@ -20,6 +20,7 @@ from autograder.grading.running.confinement.limits import Limits
 from autograder.grading.running.executor import execute
 from autograder.grading.running.preparation import cells_to_run
 from autograder.grading.running.judging.referee_process import stop_referee
+from conftest import sqrt_keeping
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK = ROOT / "solutions" / "01_first_function" / "01_first_function.ipynb"
@@ -581,28 +582,6 @@ def test_an_error_only_a_hidden_test_meets_says_which_method_raised_and_on_which
 
 # Issue 39: what is saved, and what a Module is built on, judged by behaviour. The examinee's side is the real
 # ``answer`` on a module's namespace, as the examinee's answers are.
-KEEPS_ITS_INPUT = '''
-import torch
-
-_cache = {}
-
-
-class Sqrt(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        result = x.sqrt()
-        ctx.save_for_backward(result)
-        KEEP
-        return result
-
-    @staticmethod
-    def backward(ctx, grad_output):
-        (result,) = ctx.saved_tensors
-        x = GET
-        return grad_output / (2 * x.sqrt())
-'''
-
-
 def _module(name: str, source: str) -> dict:
     import sys
     import types
@@ -622,7 +601,7 @@ def _module(name: str, source: str) -> dict:
     ("pass", "result ** 2", None),
 ])
 def test_the_referee_fails_a_function_that_keeps_a_tensor_outside_save_for_backward_saying_where(keep, get, says):
-    namespace = _module(f"keeps_{abs(hash(keep))}", KEEPS_ITS_INPUT.replace("KEEP", keep).replace("GET", get))
+    namespace = _module(f"keeps_{abs(hash(keep))}", sqrt_keeping(keep, get, before="_cache = {}"))
     judged, failure = _judge(_asker(namespace), "test_sqrt")
     assert judged == 4, judged
     if says is None:

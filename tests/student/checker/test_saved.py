@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from autograder import check_saved
+from conftest import sqrt_keeping
 
 
 def _relu(save):
@@ -53,29 +54,8 @@ def test_saves_or_max_saved_not_both():
         check_saved(_relu(lambda ctx, x: None), torch.relu, torch.randn(3), saves=[], max_saved=1)
 
 
-# A Sqrt that saves its output, as asked, and keeps its input some other way for backward to use: each
-# `keep` is forward's line that keeps `x`, `get` the expression backward reads it back with; `says` is where
-# the message must say it is kept.
-SQRT = '''
-import dataclasses, math, types
-import torch
-{before}
-
-class Sqrt(torch.autograd.Function):
-    {class_body}
-    @staticmethod
-    def forward(ctx, x{extra}):
-        result = x.sqrt()
-        ctx.save_for_backward(result)
-        {keep}
-        return result
-
-    @staticmethod
-    def backward(ctx, grad_output):
-        (result,) = ctx.saved_tensors
-        x = {get}
-        return grad_output / (2 * x.sqrt())
-'''
+# How a Sqrt that saves its output keeps its input some other way (``conftest.sqrt_keeping``), and what the message
+# must say of where it is kept.
 HIDING = {
     "a module-level dict keyed by id(ctx)": (dict(before="_cache = {}", keep="_cache[id(ctx)] = x",
                                                   get="_cache.pop(id(ctx))"), "the input `x`) in the module-level dict `_cache`"),
@@ -105,7 +85,8 @@ HIDING = {
                                "a copy of the input `x`) in the module-level dict `_v`"),
     "a numpy array of it": (dict(before="_v = []", keep="_v.append(x.detach().numpy())", get="torch.from_numpy(_v.pop())"),
                             "its values, as a numpy array) in the module-level list `_v`"),
-    "an attribute of another module": (dict(keep="math.kept_by_sqrt = [x]", get="math.kept_by_sqrt.pop()"),
+    "an attribute of another module": (dict(before="import math", keep="math.kept_by_sqrt = [x]",
+                                            get="math.kept_by_sqrt.pop()"),
                                        "the input `x`) in the attribute `kept_by_sqrt` of the module `math` (in a container"),
     "a lambda on ctx": (dict(keep="ctx.f = lambda: x", get="ctx.f()"), "the input `x`) in a closure of a lambda"),
     "a tensor used as a dict key": (dict(before="_k = {}", keep="_k[x] = 1", get="_k.popitem()[0]"),
@@ -126,7 +107,7 @@ def _sqrt(module_name: str, **parts) -> type:
 
     module = types.ModuleType(module_name)
     sys.modules[module_name] = module
-    exec(SQRT.format(**{"before": "", "class_body": "pass", "extra": "", **parts}), module.__dict__)
+    exec(sqrt_keeping(**parts), module.__dict__)
     return module.__dict__["Sqrt"]
 
 
@@ -150,7 +131,7 @@ def test_numbers_flags_and_shapes_on_ctx_pass(keep):
 
 
 def test_forward_that_runs_the_garbage_collector_cannot_hide_what_it_keeps():
-    Sqrt = _sqrt("collects", before="import gc\n_kept = types.SimpleNamespace()",
+    Sqrt = _sqrt("collects", before="import gc\nimport types\n_kept = types.SimpleNamespace()",
                  keep="_kept.x = x * 1; gc.collect()", get="result ** 2")
     with pytest.raises(AssertionError, match="forward ran Python's garbage collector"):
         check_saved(Sqrt, torch.sqrt, torch.rand(5) + 0.5, saves=["output"])
