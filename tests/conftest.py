@@ -235,3 +235,35 @@ def filled_release(root: Path, assignment: str, answers: dict[str, str]) -> dict
     from autograder.grading.demo import make_demo
 
     return json.loads(make_demo.filled_release(Course(root), assignment, answers))
+
+
+# Issue 39: a Sqrt that saves its output, as 01 asks, and keeps its input some other way for backward to read:
+# ``keep`` is forward's line that keeps `x`, ``get`` the expression backward reads it back with.
+SQRT_KEEPING_ITS_INPUT = """
+import dataclasses
+import torch
+
+{before}
+
+
+class Sqrt(torch.autograd.Function):
+    {class_body}
+
+    @staticmethod
+    def forward(ctx, x{extra}):
+        result = x.sqrt()
+        ctx.save_for_backward(result)
+        {keep}
+        return result
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (result,) = ctx.saved_tensors
+        x = {get}
+        return grad_output / (2 * x.sqrt())
+"""
+
+
+def sqrt_keeping(keep: str, get: str, before: str = "", class_body: str = "pass", extra: str = "") -> str:
+    """The source of a Sqrt answer cell that keeps its input as ``keep`` says and reads it back with ``get``."""
+    return SQRT_KEEPING_ITS_INPUT.format(keep=keep, get=get, before=before, class_body=class_body, extra=extra)

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import torch
 from torch.autograd import Function
 
-from autograder import (check_callable, check_device, check_forward, check_function, check_saved, check_values,
-                        check_with)
+from autograder import (check_built_on, check_callable, check_device, check_forward, check_function, check_saved,
+                        check_values, check_with)
 from autograder.student.checker.diagnoses import (check_backward_size, check_keeps_dtype, explain_known_mistakes,
                                                   explain_non_finite)
 
@@ -72,6 +72,15 @@ class ExpSavesInput(Function):
     def backward(ctx, grad_output):
         (x,) = ctx.saved_tensors
         return grad_output * x.exp()
+
+
+class ExpKeepsItsInput(Exp):
+    """Saves its output, as asked, and keeps its input on ctx too, in a tuple (issue 39)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.inputs = (x,)
+        return Exp.forward(ctx, x)
 
 
 class ExpForwardOnCpu(Exp):
@@ -172,6 +181,11 @@ def exp_twice(x):
     return Exp.apply(x) * 2
 
 
+def exp_twice_around(x):
+    """2 exp(x) computed with torch, with Exp.apply added times 0: it does not follow Exp (issue 39)."""
+    return 2 * x.exp() + 0 * Exp.apply(x)
+
+
 def exp_twice_ones_on_cpu(x):
     return ExpOnesOnCpu.apply(x) * 2
 
@@ -269,6 +283,14 @@ CASES = (
          lambda d: check_saved(Exp, torch.exp, _x(d, 3), saves=["output"])),
     Case("check_saved", "Exp that keeps its input",
          lambda d: check_saved(ExpSavesInput, torch.exp, _x(d, 3), saves=["output"]), fails="should be the output"),
+    Case("check_saved", "Exp that keeps its input on ctx too",
+         lambda d: check_saved(ExpKeepsItsInput, torch.exp, _x(d, 3), saves=["output"]),
+         fails="ExpKeepsItsInput keeps a tensor (the input `x`) in `ctx.inputs[0]`, outside save_for_backward"),
+    Case("check_built_on", "right function built on Exp", lambda d: check_built_on(
+        exp_twice, lambda exp: lambda x: 2 * exp(x), _x(d, 3, 2), on={"Exp": torch.exp})),
+    Case("check_built_on", "function that adds 0 * Exp.apply to its own result", lambda d: check_built_on(
+        exp_twice_around, lambda exp: lambda x: 2 * exp(x), _x(d, 3, 2), on={"Exp": torch.exp}),
+         fails="exp_twice_around does not follow Exp"),
     Case("check_values", "right sum over dim 0", lambda d: check_values(summed, lambda t: t.sum(dim=0), _x(d, 3, 2))),
     Case("check_values", "a mean where a sum is asked",
          lambda d: check_values(averaged, lambda t: t.sum(dim=0), _x(d, 3, 2)), fails="expected"),

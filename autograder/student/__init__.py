@@ -3,6 +3,7 @@
 - ``checker``: ``check_function`` compares a custom ``torch.autograd.Function`` with torch's own
   gradients and explains a mistake in course terms (every assignment's tests call it);
   ``check_forward`` checks forward alone, ``check_callable`` a function or an ``nn.Module`` class,
+  ``check_built_on`` that one follows the Functions it is built on,
   ``check_saved`` what a Function keeps for backward, ``check_kernel`` a function that launches Triton
   kernels (assignment 10);
 - ``graph``: ``draw_graph`` pictures the backward graph autograd records;
@@ -14,9 +15,10 @@ notebook needs neither the course's sources nor the grader.
 """
 
 from autograder.student.checker import (
-    check_callable, check_device, check_forward, check_function, check_kernel, check_saved, check_values, check_with,
+    check_built_on, check_callable, check_device, check_forward, check_function, check_kernel, check_saved, check_values,
+    check_with,
 )
 from autograder.student.graph import draw_graph
 
-__all__ = ["check_callable", "check_device", "check_forward", "check_function", "check_kernel", "check_saved",
-           "check_values", "check_with", "draw_graph"]
+__all__ = ["check_built_on", "check_callable", "check_device", "check_forward", "check_function", "check_kernel",
+           "check_saved", "check_values", "check_with", "draw_graph"]

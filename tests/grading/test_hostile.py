@@ -40,7 +40,7 @@ import autograder as autograder_package
 from autograder.course import Course
 from autograder.grading.running.confinement import sandbox
 from autograder.grading.running.messages.protocol import NOTEBOOK_OUTPUT_CHARS
-from conftest import filled_release, jupyter_server
+from conftest import filled_release, jupyter_server, sqrt_keeping
 from test_robustness import (ASSIGNMENT, FORGOT_GRAD_OUTPUT, MAX_SCORE, NOTEBOOK, POINTS, WRONG_CUBE, Notebooks,
                              _course, autograded, autograder, cell_index, code_cell, grades_csv, gradebook_scores,
                              hidden_lines, outputs_of, write_submissions)
@@ -253,9 +253,9 @@ _answer.answer = _forged
 FORGE_SAVED = """
 import autograder.grading.running.judging.answer as _answer, autograder.student.checker.saved as _saved
 _real_record = _saved.saved_record
-def _record(function, call):  # "it saved its output"
-    outputs, saved, attributes = _real_record(function, call)
-    return outputs, [o.detach() for o in outputs], attributes
+def _record(function, leaves, inplace=False, swap_in=None, upstream=None):  # "it saved its output, kept nothing"
+    record = _real_record(function, leaves, inplace, swap_in, upstream)
+    return dict(record, saved=[function.apply(*leaves).detach()], kept=[], swap=None)
 _saved.saved_record = _answer.saved_record = _record
 """
 FORGE_GRAPH = """
@@ -493,6 +493,7 @@ def run(tmp_path_factory):
         subs[student] = notebooks.answers(**{exercise: wrong[exercise]})
         subs[student]["cells"].insert(cell_index(subs[student], exercise) + 1, code_cell("forges", code))
     subs.update(issue_32_submissions(notebooks, wrong))
+    subs.update(issue_39_submissions(notebooks))
     page = notebooks.answers(sqrt=wrong["sqrt"])
     page["cells"].insert(1, {"cell_type": "markdown", "id": "evil-md", "metadata": {}, "source": HTML_ATTACK_MARKDOWN})
     page["cells"].append(code_cell("evil-out", HTML_ATTACK_CODE))
@@ -665,3 +666,74 @@ def test_an_answer_is_judged_as_its_answer_cell_defines_it(run):
                                                         "test_cube_forward")
     helper = outputs_of(autograded(run.course_obj, "helper_outside_the_answer"), "test_cube_backward")
     assert "NameError: name 'slope' is not defined" in helper and "runs only the notebook's given cells and your answer cells" in helper
+
+
+
+# ----------------------------------------------------------------------------------------
+# Issue 39: behaviour, not declarations. A Sqrt that saves its output, as asked, and keeps its input some other way
+# for backward; a Net that only looks built on PolyFunction (whose backward is wrong), with a right result computed
+# otherwise. Each student has one of each, or a Sqrt alone: student -> (how Sqrt keeps x, how Net cheats or None).
+KEEPS = {  # how -> (how conftest.sqrt_keeping keeps it, where the message must say it is kept)
+    "by_id_of_ctx": (dict(before="_kept = {}", keep="_kept[id(ctx)] = x", get="_kept.pop(id(ctx))"),
+                     "in the module-level dict `_kept`"),
+    "in_a_ctx_tuple": (dict(keep="ctx.inputs = (x,)", get="ctx.inputs[0]"), "in `ctx.inputs[0]`"),
+    "in_a_ctx_dataclass": (dict(before="@dataclasses.dataclass\nclass Box:\n    x: object\n\n\n"
+                                       "@dataclasses.dataclass\nclass State:\n    box: Box",
+                                keep="ctx.state = State(Box(x))", get="ctx.state.box.x"), "in `ctx.state.box.x`"),
+    "in_a_class_list": (dict(class_body="kept = []", keep="Sqrt.kept.append(x)", get="Sqrt.kept.pop()"),
+                        "in the class attribute `Sqrt.kept`"),
+    "in_a_closure": (dict(before="def _store():\n    kept = []\n\n    def put(x):\n        kept.append(x)\n\n"
+                                 "    def take():\n        return kept.pop()\n\n    return put, take\n\n\n"
+                                 "put, take = _store()", keep="put(x)", get="take()"), "in a closure of put"),
+    "in_a_default_argument": (dict(before="def _kept(x=None, box=[]):\n    if x is not None:\n        box.append(x)\n"
+                                          "    return box", keep="_kept(x)", get="_kept().pop()"),
+                              "in a default argument of _kept"),
+    "in_a_function_attribute": (dict(before="def _holder():\n    pass", keep="_holder.x = x", get="_holder.x"),
+                                "in the function attribute `_holder.x`"),
+    "as_clones_in_a_global_list": (dict(before="_clones = []", keep="_clones.append(x.clone())", get="_clones.pop()"),
+                                   "(a copy of the input `x`) in the module-level list `_clones`"),
+}
+POLY_BACKWARD = ("return grad_output * 3 * x1 ** 2, grad_output * 2 * x2", "return grad_output * 3 * x1 ** 2, grad_output * x2")
+NET_CHEATS = {  # how Net's forward computes its right result without following PolyFunction
+    "adds_zero_times_poly": "return (x1 ** 3 + x2 ** 2).sum() + 0 * PolyFunction.apply(x1, x2).sum()",
+    "on_a_detached_copy": ("p = PolyFunction.apply(x1.detach(), x2.detach())\n        right = x1 ** 3 + x2 ** 2\n"
+                           "        return (right + (p - right).detach()).sum() + 0 * PolyFunction.apply(x1, x2).sum()"),
+    "discards_poly": "PolyFunction.apply(x1, x2)\n        return (x1 ** 3 + x2 ** 2).sum()",
+    "poly_on_the_visible_shape_only": ("right = (x1 ** 3 + x2 ** 2).sum()\n        if x1.shape == (3,):\n"
+                                       "            return right + 0 * self.poly(x1, x2).sum()\n        return right"),
+}
+ISSUE_39 = {f"sqrt_keeps_input_{how}" + (f"_net_{net}" if net else ""): (how, net) for how, net in zip(
+    KEEPS, [*NET_CHEATS, None, None, None, None])}
+
+
+def issue_39_submissions(notebooks: Notebooks) -> dict[str, dict]:
+    subs = {}
+    for student, (how, net) in ISSUE_39.items():
+        answers = {"sqrt": sqrt_keeping(**KEEPS[how][0])}
+        if net:
+            answers["poly_function"] = notebooks.edit("poly_function", *POLY_BACKWARD)
+            answers["net"] = notebooks.edit("net", "return self.poly(x1, x2).sum()", NET_CHEATS[net])
+        subs[student] = notebooks.answers(**answers)
+    return subs
+
+
+def test_the_keeping_and_cheating_answers_are_ones_the_scan_lets_run():
+    from autograder.grading.running.judging import scan
+
+    for how, (parts, _) in KEEPS.items():
+        assert scan.problems(sqrt_keeping(**parts)) == [], how
+    for net, body in NET_CHEATS.items():
+        assert scan.problems(f"class Net:\n    def forward(self, x1, x2):\n        {body}\n") == [], net
+
+
+@pytest.mark.parametrize("student", sorted(ISSUE_39))
+def test_a_tensor_kept_outside_save_for_backward_and_a_net_that_does_not_follow_poly_function_gain_nothing(run, student):
+    how, net = ISSUE_39[student]
+    lost = POINTS["test_sqrt"] + (POINTS["test_poly_function"] + POINTS["test_net"] if net else 0)
+    assert (float(run.rows[student]["score"]), run.rows[student]["status"]) == (MAX_SCORE - lost, "graded"), run.rows[student]
+    graded = autograded(run.course_obj, student)
+    said = outputs_of(graded, "test_sqrt")
+    assert f"Sqrt keeps a tensor" in said and KEEPS[how][1] in said and "outside save_for_backward" in said, said
+    if net:
+        said = outputs_of(graded, "test_net")
+        assert "Net does not follow PolyFunction" in said or "Net's output should come from PolyFunction.apply" in said, said

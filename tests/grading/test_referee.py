@@ -20,6 +20,7 @@ from autograder.grading.running.confinement.limits import Limits
 from autograder.grading.running.executor import execute
 from autograder.grading.running.preparation import cells_to_run
 from autograder.grading.running.judging.referee_process import stop_referee
+from conftest import sqrt_keeping
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK = ROOT / "solutions" / "01_first_function" / "01_first_function.ipynb"
@@ -577,3 +578,69 @@ def test_an_error_only_a_hidden_test_meets_says_which_method_raised_and_on_which
     assert "TopK: backward raised RuntimeError: index" in error, error
     assert "(in backward, line 17: return grad_x.scatter(0, indices, grad_values), None)" in error, error
     assert "found by the grader's own check" in error, error
+
+
+# Issue 39: what is saved, and what a Module is built on, judged by behaviour. The examinee's side is the real
+# ``answer`` on a module's namespace, as the examinee's answers are.
+def _module(name: str, source: str) -> dict:
+    import sys
+    import types
+
+    module = types.ModuleType(name)
+    sys.modules[name] = module
+    exec(source, module.__dict__)
+    return module.__dict__
+
+
+@pytest.mark.parametrize("keep, get, says", [
+    ("_cache[id(ctx)] = x", "_cache.pop(id(ctx))", "Sqrt keeps a tensor (the input `x`) in the module-level dict `_cache`"),
+    ("ctx.inputs = (x,)", "ctx.inputs[0]", "Sqrt keeps a tensor (the input `x`) in `ctx.inputs[0]`"),
+    ("_cache[0] = x.clone()", "_cache[0]", "Sqrt keeps a tensor (a copy of the input `x`) in the module-level dict `_cache`"),
+    ("_cache[0] = x.tolist()", "torch.tensor(_cache[0], dtype=result.dtype)",
+     "Sqrt's backward does not compute from what forward saved"),
+    ("pass", "result ** 2", None),
+])
+def test_the_referee_fails_a_function_that_keeps_a_tensor_outside_save_for_backward_saying_where(keep, get, says):
+    namespace = _module(f"keeps_{abs(hash(keep))}", sqrt_keeping(keep, get, before="_cache = {}"))
+    judged, failure = _judge(_asker(namespace), "test_sqrt")
+    assert judged == 4, judged
+    if says is None:
+        assert failure is None, failure
+    else:
+        assert failure.startswith(says) and "found by the grader's own check" in failure, failure
+
+
+NETS = {
+    "honest": "return self.poly(x1, x2).sum()",
+    "adds 0 * PolyFunction": "return (x1 ** 3 + x2 ** 2).sum() + 0 * PolyFunction.apply(x1, x2).sum()",
+    "its value from a detached copy": ("p = PolyFunction.apply(x1.detach(), x2.detach())\n"
+                                       "        r = x1 ** 3 + x2 ** 2\n"
+                                       "        return (r + (p - r).detach()).sum() + 0 * PolyFunction.apply(x1, x2).sum()"),
+}
+
+
+@pytest.mark.parametrize("net", sorted(NETS))
+def test_the_referee_fails_a_net_that_does_not_follow_poly_function(net):
+    """01's test_net as the notebook has it: Net is run again in the examinee with the student's PolyFunction changed,
+    and its output and gradients must change as the referee's stand-in says."""
+    namespace = _student(("return self.poly(x1, x2).sum()", NETS[net]))
+    poly = namespace["PolyFunction"]
+    methods = dict(vars(poly))
+    judged, failure = _judge(_asker(namespace), "test_net")
+    assert judged == 6 and dict(vars(poly)) == methods  # three shapes, each as it is and changed; put back after
+    if net == "honest":
+        assert failure is None, failure
+    else:
+        assert failure.startswith("Net does not follow PolyFunction: with PolyFunction changed by the check"), failure
+        assert "found by the grader's own check" in failure
+
+
+def test_a_built_on_request_for_a_function_the_answers_do_not_have_is_an_error():
+    namespace = _student()
+    request = {"target": "Net", "kind": "call", "args": [answer.encode(torch.randn(3, dtype=torch.float64))] * 2,
+               "grad": [True, True], "inplace": False, "upstream": None,
+               "built_on": {"pieces": ["Missing"], "seed": 3}}
+    assert answer.answer(request, namespace) == {
+        "error": "NameError: no torch.autograd.Function named Missing in your notebook"}
+    request["built_on"] = {"pieces": ["PolyFunction"], "seed": "x"}
+    assert "malformed request" in answer.answer(request, namespace)["error"]

@@ -9,7 +9,9 @@ and raises ``AssertionError`` with a message a student can act on when anything 
 ``check_device(function, *args)`` checks, on ``meta`` tensors and so on any machine, that forward and
 backward make every tensor on their inputs' device (a GPU's, in use);
 ``check_callable(function, reference, *args)`` checks a plain function, a custom operator or an
-``nn.Module`` class the same way (outputs, and gradients for random upstream gradients).
+``nn.Module`` class the same way (outputs, and gradients for random upstream gradients);
+``check_built_on(Net, reference, *args, on={"PolyFunction": ...})`` checks that it follows the
+student's Functions it is built on, with each of them changed in a known way.
 
 Optional checks, off by default, cover how the Function works with the rest of PyTorch 2:
 ``vmap=True`` (outputs and per-example gradients under ``torch.func.vmap``), ``forward_ad=True``
@@ -26,7 +28,8 @@ The modules, from the bottom up (each imports only those before it):
 - ``core``: the checks of forward and backward;
 - ``optional``: the optional checks;
 - ``callables``: ``check_callable``;
-- ``saved``: ``check_saved`` (what a Function keeps for backward);
+- ``kept``, ``saved``: ``check_saved`` (what a Function keeps for backward, and where it keeps anything else);
+- ``built_on``: ``check_built_on`` (a function or Module follows the Functions it is built on);
 - ``harness``: ``check_values`` and ``check_with`` (plain results: a function of numbers, a training loop);
 - ``devices``: ``check_device`` (where a Function makes its tensors, checked on meta tensors);
 - ``kernels``: ``check_kernel`` (a function that launches Triton kernels; a wrong result explained);
@@ -35,6 +38,7 @@ The modules, from the bottom up (each imports only those before it):
 
 from __future__ import annotations
 
+from autograder.student.checker.built_on import check_built_on
 from autograder.student.checker.callables import check_callable
 from autograder.student.checker.devices import check_device
 from autograder.student.checker.core import _check_backward, _check_forward, _check_is_function_class, _describe_inputs
@@ -131,5 +135,5 @@ def _start(function, args, inplace, constants, autograd_in_backward) -> tuple[_R
             _describe_inputs(function, args, inplace, constants, autograd_in_backward))
 
 
-__all__ = ["check_callable", "check_device", "check_forward", "check_function", "check_kernel", "check_saved",
+__all__ = ["check_built_on", "check_callable", "check_device", "check_forward", "check_function", "check_kernel", "check_saved",
            "check_values", "check_with"]

@@ -29,7 +29,8 @@ def check_callable(function, reference, *args, rtol: float = RTOL, atol: float =
     upstream gradients on every output that needs one, must match torch autograd on ``reference``.
     Floating-point tensors in ``args`` are copied to fresh float64 leaves; other values pass through.
     A ``torch.autograd.Function`` is checked with ``check_function`` instead. ``uses`` names Functions
-    (``("PolyFunction",)``) whose backward must be in the outputs' graph: the callable must use them.
+    (``("PolyFunction",)``) whose backward must be in the outputs' graph; that a callable follows them,
+    changed, is ``check_built_on``'s check, which runs this one with ``uses`` first.
     ``vmap``, ``forward_ad``, ``double_backward`` and ``compile`` compare the results under that transform
     with the reference's (``transforms``); ``mutates``: the function changes its arguments in place
     (and returns None): the arguments after the call are compared, and no gradient is asked for.

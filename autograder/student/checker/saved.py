@@ -5,7 +5,11 @@
 with what ``saves`` names: ``"output"`` (or ``"output k"``), ``"input i"``, or a function of the
 inputs giving the tensor (``lambda x: x > 0``), optionally as ``(words, function)`` for the message.
 ``max_saved=n`` instead allows at most ``n`` tensors, none larger than the largest input. Either
-way no tensor may hide in a ctx attribute (it must go through ``ctx.save_for_backward``).
+way the Function may keep no tensor of the call anywhere else (``autograder.student.checker.kept``:
+on ctx, in a module-level or class-level container, a closure, a default argument, a function
+attribute; the message says where). With ``saves``, backward must also compute from what forward
+saved: given in its place the tensors a right Function saves for other inputs (the same ones with
+their values moved round), which forward never saw, it must return the gradients at those inputs.
 
 ``saved_record`` is the measuring half: the grader's referee asks the student's process for it and
 judges the record itself (``autograder.grading.running.judging.referee``), with ``saved_problem``, as here.
@@ -15,21 +19,109 @@ from __future__ import annotations
 
 import torch
 
+from autograder.student.checker.kept import ForwardWatch, kept_places
 from autograder.student.checker.references import (
-    _as_float64, _as_tuple, _close, _enable_grad, _equal, _is_float_tensor, _Tensor, _tolerances,
+    _as_float64, _as_tuple, _autograd_grad, _close, _enable_grad, _equal, _is_float_tensor, _randn, _Tensor,
+    _tolerances, _zeros_like,
 )
 
 _saved_tensors_hooks = torch.autograd.graph.saved_tensors_hooks  # captured before student code runs
 
 
-def saved_record(function, call: list) -> tuple[tuple, list, list[str]]:
-    """(outputs, the tensors saved for backward in order, names of ctx attributes holding tensors)."""
-    seen = []
-    with _enable_grad(), _saved_tensors_hooks(lambda t: seen.append(t) or t, lambda t: t):
-        outputs = _as_tuple(function.apply(*call))
+class _Saving:
+    """The tensors one call saves for backward (saved-tensor hooks); backward reads them from ``source``, which a
+    swap points at another call's."""
+
+    def __init__(self) -> None:
+        self.tensors: list = []
+        self.source = self.tensors
+
+    def pack(self, tensor) -> int:
+        self.tensors.append(tensor)
+        return len(self.tensors) - 1
+
+    def unpack(self, index: int):
+        return self.source[index]
+
+
+def saved_record(function, leaves: list, inplace: bool = False, swap_in: list | None = None,
+                 upstream: list | None = None) -> dict:
+    """What ``function.apply`` keeps for backward on ``leaves`` (copies of them if it works ``inplace``):
+    ``saved``, the tensors it saved in order; ``kept``, (what, where) for each tensor of the call kept another
+    way; ``swap``, backward's gradients for ``upstream`` (one per output, None where unused) with what forward
+    saved and then with ``swap_in`` in its place (``swap_plan``; None without them); ``names``, the names of the
+    inputs those gradients are for."""
+    from autograder.student.checker.core import _input_names
+
+    call = [a * 1 if inplace and isinstance(a, _Tensor) and a.requires_grad else a for a in leaves]
+    first = _Saving()
+    with _enable_grad(), _saved_tensors_hooks(first.pack, first.unpack):
+        with ForwardWatch(call) as watch:
+            outputs = _as_tuple(function.apply(*call))
     node = next((o.grad_fn for o in outputs if isinstance(o, _Tensor) and o.grad_fn is not None), None)
-    attributes = sorted(k for k, v in vars(node).items() if isinstance(v, _Tensor)) if node is not None else []
-    return outputs, [t.detach() for t in seen], attributes
+    names = _input_names(function, len(leaves))
+    kept = kept_places(function, node, call, names, outputs, first.tensors, watch)
+    del watch, call
+    wrt = [a for a in leaves if isinstance(a, _Tensor) and a.requires_grad]
+    swap = None if swap_in is None or upstream is None else _backward_twice(outputs, wrt, first, swap_in, upstream)
+    wanted = [n for n, a in zip(names, leaves) if isinstance(a, _Tensor) and a.requires_grad]
+    return {"saved": [t.detach() for t in first.tensors], "kept": kept, "swap": swap, "names": wanted}
+
+
+def _backward_twice(outputs: tuple, wrt: list, first: _Saving, swap_in: list, upstream: list) -> dict | None:
+    """Backward's gradients with what forward saved (``own``), then with ``swap_in`` in its place (``swapped``); None
+    where there is nothing to swap or backward fails on its own (``check_function`` says why)."""
+    used = [(o, u) for o, u in zip(outputs, upstream) if u is not None and isinstance(o, _Tensor) and o.requires_grad]
+    if not (used and wrt and swap_in) or len(swap_in) != len(first.tensors):
+        return None
+    try:
+        own = _autograd_grad([o for o, _ in used], wrt, [u.clone() for _, u in used], allow_unused=True,
+                             retain_graph=True)
+    except Exception:  # noqa: BLE001 (the student's backward fails on its own: other checks say why)
+        return None
+    first.source = list(swap_in)
+    try:
+        swapped = _autograd_grad([o for o, _ in used], wrt, [u.clone() for _, u in used], allow_unused=True)
+    except Exception as error:  # noqa: BLE001 (it fails only with the other tensors: that is the finding)
+        return {"error": f"{type(error).__name__}: {str(error)[:200]}"}
+    finally:
+        first.source = first.tensors
+    detached = lambda grads: [None if g is None else g.detach() for g in grads]  # noqa: E731
+    return {"own": detached(own), "swapped": detached(swapped)}
+
+
+def swap_plan(saves, reference, leaves: list, names: list[str] | None) -> dict | None:
+    """What the swap needs, computed from the reference: other inputs (each tensor's values moved one place round),
+    the tensors a right Function saves for them (``swap_in``: forward never saw them), a random ``upstream``
+    gradient per output, and the right gradients for it at these inputs and at the others (``right``, ``right_there``).
+    None where nothing is saved or no input changes (one element)."""
+    wanted = [a for a in leaves if isinstance(a, _Tensor) and a.requires_grad]
+    others = [a.detach().reshape(-1).roll(1).reshape(a.shape).requires_grad_(True) if any(a is w for w in wanted)
+              else a for a in leaves]
+    if not saves or all(_equal(a.detach(), b.detach()) for a, b in zip(wanted, others) if isinstance(b, _Tensor)):
+        return None
+    here, there = _reference_outputs(reference, leaves), _reference_outputs(reference, others)
+    upstream = [_randn(o.shape, dtype=o.dtype).to(o.device) if isinstance(o, _Tensor) and o.requires_grad else None
+                for o in here]
+    return {"swap_in": [t for _, t in expected_saved(saves, others, there, names)], "upstream": upstream,
+            "right": _gradients(reference, leaves, upstream), "right_there": _gradients(reference, others, upstream)}
+
+
+def _reference_outputs(reference, leaves: list) -> tuple:
+    with _enable_grad():
+        return _as_tuple(reference(*[a.detach().clone().requires_grad_(True) if isinstance(a, _Tensor)
+                                     and a.requires_grad else a for a in leaves]))
+
+
+def _gradients(reference, leaves: list, upstream: list) -> list:
+    """torch autograd's gradients of the reference at ``leaves`` for ``upstream``, one per input that needs one."""
+    call = [a.detach().clone().requires_grad_(True) if isinstance(a, _Tensor) and a.requires_grad else a
+            for a in leaves]
+    wanted = [a for a in call if isinstance(a, _Tensor) and a.requires_grad]
+    with _enable_grad():
+        used = [(o, u) for o, u in zip(_as_tuple(reference(*call)), upstream) if u is not None]
+        grads = _autograd_grad([o for o, _ in used], wanted, [u for _, u in used], allow_unused=True)
+    return [_zeros_like(a) if g is None else g.detach() for a, g in zip(wanted, grads)]
 
 
 def expected_saved(saves, leaves: list, outputs: tuple, names: list[str] | None) -> list[tuple[str, _Tensor]]:
@@ -50,12 +142,14 @@ def expected_saved(saves, leaves: list, outputs: tuple, names: list[str] | None)
     return expected
 
 
-def saved_problem(name: str, saved: list, attributes: list[str], expected, max_saved, largest: int,
-                  rtol: float, atol: float) -> str | None:
-    """What is wrong with what ``name`` saved, or None."""
-    if attributes:
-        return (f"{name} keeps tensors in ctx attributes ({', '.join('ctx.' + a for a in attributes)}): save "
-                f"tensors with ctx.save_for_backward, so autograd can check and free them")
+def saved_problem(name: str, saved: list, kept: list, expected, max_saved, largest: int, rtol: float,
+                  atol: float) -> str | None:
+    """What is wrong with what ``name`` saved (``saved_record``'s record), or None."""
+    if kept:
+        (what, where), more = kept[0], len(kept) - 1
+        return (f"{name} keeps a tensor ({what}) in {where}, outside save_for_backward"
+                f"{f' (and {more} more)' if more else ''}: keep what backward needs with ctx.save_for_backward only "
+                f"(autograd checks those tensors and frees them after backward), and plain numbers on ctx")
     if max_saved is not None:
         big = [t for t in saved if t.numel() > largest]
         if len(saved) > max_saved or big:
@@ -74,6 +168,33 @@ def saved_problem(name: str, saved: list, attributes: list[str], expected, max_s
     return None
 
 
+def swap_problem(name: str, swap: dict | None, plan: dict, names: list[str] | None, rtol: float,
+                 atol: float) -> str | None:
+    """What the swap says (``saved_record`` with ``swap_plan``): backward computes from something besides what
+    forward saved, or None (also where backward is wrong anyway: ``check_function`` says how)."""
+    if swap is None:
+        return None
+    rule = ("given the tensors a right Function saves for other inputs (same shapes, other values), backward "
+            "should return the gradients at those inputs")
+    if swap.get("error") is not None:
+        return (f"{name}'s backward raised {swap['error']} when given the tensors a right Function saves for other "
+                f"inputs (same shapes, other values): it should compute from what forward saved, and nothing else")
+    if any(not _same(g, w, rtol, atol) for g, w in zip(swap["own"], plan["right"])):
+        return None
+    for i, (got, want) in enumerate(zip(swap["swapped"], plan["right_there"])):
+        if not _same(got, want, rtol, atol):
+            label = names[i] if names and i < len(names) else f"input {i + 1}"
+            return (f"{name}'s backward does not compute from what forward saved: {rule}, and its gradient for "
+                    f"`{label}` is another: it uses something forward kept another way (a tensor, its values as "
+                    f"Python numbers). Keep what backward needs with ctx.save_for_backward only")
+    return None
+
+
+def _same(got, want, rtol: float, atol: float) -> bool:
+    got = _zeros_like(want) if got is None else got
+    return isinstance(got, _Tensor) and got.shape == want.shape and _close(got, want, rtol, atol)
+
+
 def _describe(tensor) -> str:
     where = "" if tensor.device.type == "cpu" else f" on {tensor.device}"
     return f"a {str(tensor.dtype).removeprefix('torch.')} tensor of shape {list(tensor.shape)}{where}"
@@ -90,14 +211,12 @@ def check_saved(function, reference, *args, saves=None, max_saved: int | None = 
         raise TypeError("check_saved needs saves=... or max_saved=..., not both")
     rtol, atol = _tolerances("check_saved", args, rtol, atol)
     leaves = [_as_float64(a).requires_grad_(True) if _is_float_tensor(a) else a for a in args]
-    _, saved, attributes = saved_record(function, [a * 1 if inplace and isinstance(a, _Tensor) else a for a in leaves])
-    expected = []
-    if saves is not None:
-        with _enable_grad():
-            outputs = _as_tuple(reference(*[a.detach().clone().requires_grad_(True) if _is_float_tensor(a) else a
-                                            for a in leaves]))
-        expected = expected_saved(saves, leaves, outputs, _input_names(function, len(args)))
+    names = _input_names(function, len(args))
+    expected = [] if saves is None else expected_saved(saves, leaves, _reference_outputs(reference, leaves), names)
+    plan = None if saves is None else swap_plan(saves, reference, leaves, names)
+    record = saved_record(function, leaves, inplace, *((plan["swap_in"], plan["upstream"]) if plan else ()))
     largest = max((a.numel() for a in leaves if isinstance(a, _Tensor)), default=0)
-    problem = saved_problem(name, saved, attributes, expected, max_saved, largest, rtol, atol)
+    problem = (saved_problem(name, record["saved"], record["kept"], expected, max_saved, largest, rtol, atol)
+               or (plan and swap_problem(name, record["swap"], plan, record["names"], rtol, atol)))
     if problem:
         raise AssertionError(problem)

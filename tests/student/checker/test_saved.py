@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from autograder import check_saved
+from conftest import sqrt_keeping
 
 
 def _relu(save):
@@ -33,7 +34,8 @@ def test_the_right_tensor_passes():
     (lambda ctx, x: ctx.save_for_backward(x), "saved tensor 1 should be the mask x > 0 (a bool tensor of shape [4, 5]); "
                                               "it is a float64 tensor of shape [4, 5]"),
     (lambda ctx, x: ctx.save_for_backward(x > 0, x), "should save 1 tensor for backward (the mask x > 0); it saved 2"),
-    (lambda ctx, x: setattr(ctx, "mask", x > 0), "keeps tensors in ctx attributes (ctx.mask)"),
+    (lambda ctx, x: setattr(ctx, "mask", x > 0), "keeps a tensor (made in forward: bool, shape [4, 5]) in `ctx.mask`, "
+                                                 "outside save_for_backward"),
 ])
 def test_a_wrong_saved_tensor_is_named(save, message):
     with pytest.raises(AssertionError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")
@@ -50,3 +52,86 @@ def test_max_saved_bounds_count_and_size():
 def test_saves_or_max_saved_not_both():
     with pytest.raises(TypeError):
         check_saved(_relu(lambda ctx, x: None), torch.relu, torch.randn(3), saves=[], max_saved=1)
+
+
+# How a Sqrt that saves its output keeps its input some other way (``conftest.sqrt_keeping``), and what the message
+# must say of where it is kept.
+HIDING = {
+    "a module-level dict keyed by id(ctx)": (dict(before="_cache = {}", keep="_cache[id(ctx)] = x",
+                                                  get="_cache.pop(id(ctx))"), "the input `x`) in the module-level dict `_cache`"),
+    "a tuple on ctx": (dict(keep="ctx.inputs = (x,)", get="ctx.inputs[0]"), "the input `x`) in `ctx.inputs[0]`"),
+    "a dict on ctx": (dict(keep="ctx.store = {'x': x}", get="ctx.store['x']"), "the input `x`) in `ctx.store['x']`"),
+    "a nested dataclass on ctx": (dict(
+        before="@dataclasses.dataclass\nclass Inner:\n    x: object\n\n@dataclasses.dataclass\nclass State:\n    inner: Inner",
+        keep="ctx.state = State(Inner(x))", get="ctx.state.inner.x"), "the input `x`) in `ctx.state.inner.x`"),
+    "a class attribute list": (dict(class_body="kept = []", keep="Sqrt.kept.append(x)", get="Sqrt.kept.pop()"),
+                               "the input `x`) in the class attribute `Sqrt.kept`"),
+    "a list's own method": (dict(before="def _make():\n    store = []\n    return store.append, store.pop\nput, take = _make()",
+                       keep="put(x)", get="take()"), "the input `x`) in the module-level name `put`"),
+    "a closure cell": (dict(before="def _make():\n    store = []\n    def put(t):\n        store.append(t)\n"
+                                   "    def take():\n        return store.pop()\n    return put, take\n"
+                                   "put, take = _make()", keep="put(x)", get="take()"),
+                       "the input `x`) in a closure of put"),
+    "a mutable default argument": (dict(extra=", _memo={}", keep="_memo['x'] = x",
+                                        get="Sqrt.forward.__defaults__[0]['x']"), "in a default argument of forward"),
+    "a function attribute": (dict(before="def helper():\n    pass", keep="helper.cache = x", get="helper.cache"),
+                             "the input `x`) in the function attribute `helper.cache`"),
+    "a global list of clones": (dict(before="_clones = []", keep="_clones.append(x.clone())", get="_clones.pop()"),
+                                "a copy of the input `x`) in the module-level list `_clones`"),
+    "a detached view on ctx": (dict(keep="ctx.d = x.detach()", get="ctx.d"), "a view of the input `x`) in `ctx.d`"),
+    "x.data in a global list": (dict(before="_v = []", keep="_v.append(x.data)", get="_v.pop()"),
+                                "a view of the input `x`) in the module-level list `_v`"),
+    "x * 1 in a global dict": (dict(before="_v = {}", keep="_v[0] = x * 1", get="_v[0]"),
+                               "a copy of the input `x`) in the module-level dict `_v`"),
+    "a numpy array of it": (dict(before="_v = []", keep="_v.append(x.detach().numpy())", get="torch.from_numpy(_v.pop())"),
+                            "its values, as a numpy array) in the module-level list `_v`"),
+    "an attribute of another module": (dict(before="import math", keep="math.kept_by_sqrt = [x]",
+                                            get="math.kept_by_sqrt.pop()"),
+                                       "the input `x`) in the attribute `kept_by_sqrt` of the module `math` (in a container"),
+    "a lambda on ctx": (dict(keep="ctx.f = lambda: x", get="ctx.f()"), "the input `x`) in a closure of a lambda"),
+    "a tensor used as a dict key": (dict(before="_k = {}", keep="_k[x] = 1", get="_k.popitem()[0]"),
+                                    "the input `x`) in the module-level dict `_k`"),
+    # Not a tensor at all: only what backward computes shows it.
+    "its values as Python numbers": (dict(before="_v = []", keep="_v.append(x.tolist())",
+                                          get="torch.tensor(_v[-1], dtype=result.dtype)"),
+                                     "backward does not compute from what forward saved: given the tensors a right "
+                                     "Function saves for other inputs (same shapes, other values), backward should "
+                                     "return the gradients at those inputs, and its gradient for `x` is another"),
+}
+
+
+def _sqrt(module_name: str, **parts) -> type:
+    """Sqrt written into a module of its own, as a notebook's cell defines it in ``__main__``."""
+    import sys
+    import types
+
+    module = types.ModuleType(module_name)
+    sys.modules[module_name] = module
+    exec(sqrt_keeping(**parts), module.__dict__)
+    return module.__dict__["Sqrt"]
+
+
+@pytest.mark.parametrize("how", sorted(HIDING))
+def test_a_tensor_kept_anywhere_but_save_for_backward_fails_saying_where(how):
+    parts, says = HIDING[how]
+    Sqrt = _sqrt(f"hides_{len(how)}_{abs(hash(how))}", **parts)
+    for _ in range(2):  # (the second time its input is among the garbage collector's youngest objects)
+        with pytest.raises(AssertionError) as failure:
+            check_saved(Sqrt, torch.sqrt, torch.rand(5) + 0.5, saves=["output"])
+        assert says in str(failure.value), str(failure.value)
+        assert str(failure.value).startswith("Sqrt"), str(failure.value)
+
+
+@pytest.mark.parametrize("keep", ["ctx.shape = x.shape; ctx.n = x.numel(); ctx.flag = True; ctx.dtype = x.dtype",
+                                  "ctx.size = int(x.detach().numpy().size)", "ctx.scale = 2.0"])
+def test_numbers_flags_and_shapes_on_ctx_pass(keep):
+    Sqrt = _sqrt(f"honest_{abs(hash(keep))}", keep=keep, get="result ** 2")
+    for _ in range(2):
+        check_saved(Sqrt, torch.sqrt, torch.rand(3, 4) + 0.5, saves=["output"])
+
+
+def test_forward_that_runs_the_garbage_collector_cannot_hide_what_it_keeps():
+    Sqrt = _sqrt("collects", before="import gc\nimport types\n_kept = types.SimpleNamespace()",
+                 keep="_kept.x = x * 1; gc.collect()", get="result ** 2")
+    with pytest.raises(AssertionError, match="forward ran Python's garbage collector"):
+        check_saved(Sqrt, torch.sqrt, torch.rand(5) + 0.5, saves=["output"])

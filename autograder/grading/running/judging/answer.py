@@ -6,7 +6,7 @@ and under these transforms; record what it saves for backward; make a diagnosis 
 is a dict of plain data, so a caller may add keys to it without breaking the referee, which reads
 only the keys it knows. Every fact in a reply is measured here, with functions bound when the warm
 process imported this module, before any student code ran: the checker's record makers
-(``saved_record``, ``graph_names``, the diagnoses, the transforms) and torch's autograd; a Function
+(``saved_record``, ``graph_names``, ``substituted``, the diagnoses, the transforms) and torch's autograd; a Function
 class is used only if ``Function.apply`` is torch's own (no class of its own defines ``apply``, no
 metaclass of its own, its graph node the one torch made for it). The tamper guard
 watches this module's names and its functions' code (``autograder.grading.running.judging.tamper``).
@@ -22,6 +22,7 @@ import torch
 from autograder.grading.running.judging.autograd_use import Watch, graph_nodes
 from autograder.grading.running.messages.wire import Unsupported, decode, encode
 from autograder.student.checker import diagnoses
+from autograder.student.checker.built_on import substituted
 from autograder.student.checker.callables import argument_names, graph_names
 from autograder.student.checker.devices import device_record
 from autograder.student.checker.harness import as_data
@@ -43,7 +44,27 @@ def answer(request: dict, namespace: dict, harnesses: dict | None = None) -> dic
     """Apply the student's Function as asked and send back its outputs and gradients (or the error).
 
     ``namespace`` holds the student's objects; ``harnesses`` the instructor's functions ``check_with``
-    runs them with (the same namespace when not given)."""
+    runs them with (the same namespace when not given). A request with ``built_on`` is answered with the
+    student's Functions it names changed in known ways (``autograder.student.checker.built_on``)."""
+    order = request.get("built_on") if isinstance(request, dict) else None
+    if order is None:
+        return _answer(request, namespace, harnesses)
+    try:
+        pieces = [namespace.get(name) for name in order["pieces"]]
+        for name, piece in zip(order["pieces"], pieces):
+            if not (isinstance(piece, type) and issubclass(piece, _Function)):
+                return {"error": f"NameError: no torch.autograd.Function named {name} in your notebook"}
+            if _not_genuine(piece):
+                return {"error": _not_genuine(piece)}
+        changes = substituted(pieces, int(order["seed"]))
+    except (KeyError, TypeError, ValueError) as error:
+        return {"error": f"could not be checked: a malformed request ({type(error).__name__})"}
+    with changes:
+        return _answer(request, namespace, harnesses)
+
+
+def _answer(request: dict, namespace: dict, harnesses: dict | None) -> dict:
+    """``answer`` itself, with the student's Functions as they are."""
     stage = None  # "forward" or "backward" while the student's Function runs, as check_function says it
     try:
         run = _target(request, namespace)
@@ -55,7 +76,7 @@ def answer(request: dict, namespace: dict, harnesses: dict | None = None) -> dic
             return _answer_data(run, request, namespace if harnesses is None else harnesses)
         if request["kind"] == "saved":
             return _answer_saved(namespace[request["target"]], [decode(a) for a in request["args"]], request["grad"],
-                                 bool(request["inplace"]))
+                                 bool(request["inplace"]), request.get("swap"))
         args = [decode(a) for a in request["args"]]
         leaves = [a.requires_grad_(True) if wanted else a for a, wanted in zip(args, request["grad"])]
         call = [a.clone() if wanted and request["inplace"] else a for a, wanted in zip(leaves, request["grad"])]
@@ -131,11 +152,21 @@ def _answer_transform(run, args: list, transform: dict) -> dict:
         return {"error": f"{type(error).__name__}: {str(error)[:300]}"}
 
 
-def _answer_saved(function, args: list, grad: list, inplace: bool) -> dict:
-    """What the Function saved for backward (``autograder.check_saved``'s record), as data."""
+def _answer_saved(function, args: list, grad: list, inplace: bool, swap: dict | None) -> dict:
+    """What the Function saved for backward, what it keeps elsewhere and, given ``swap`` (other tensors in place of
+    what it saved, an upstream gradient), what its backward computes (``autograder.check_saved``'s record), as data."""
     leaves = [a.requires_grad_(True) if wanted else a for a, wanted in zip(args, grad)]
-    _, saved, attributes = saved_record(function, [a * 1 if inplace and wanted else a for a, wanted in zip(leaves, grad)])
-    return {"error": None, "saved": [_encode_output(t) for t in saved], "attributes": [str(a) for a in attributes]}
+    swap_in = upstream = None
+    if swap is not None:
+        swap_in = [decode(t) for t in swap["saved"]]
+        upstream = [None if u is None else decode(u) for u in swap["upstream"]]
+    record = saved_record(function, leaves, inplace, swap_in, upstream)
+    found = record["swap"]
+    if found is not None and found.get("error") is None:
+        found = {key: [None if g is None else _encode_output(g) for g in found[key]] for key in ("own", "swapped")}
+    return {"error": None, "saved": [_encode_output(t) for t in record["saved"]],
+            "kept": [[str(what), str(where)] for what, where in record["kept"]], "swap": found,
+            "names": [str(n) for n in record["names"]]}
 
 
 def _target(request: dict, namespace: dict):

@@ -14,9 +14,9 @@ import types
 
 from autograder.grading.running.messages.wire import Unsupported, decode, encode
 
-JUDGES = ("check_function", "check_forward", "check_callable", "check_saved", "check_values", "check_with",
-          "explain_known_mistakes", "explain_non_finite", "check_backward_size", "check_keeps_dtype", "check_device",
-          "check_kernel")
+JUDGES = ("check_function", "check_forward", "check_callable", "check_built_on", "check_saved", "check_values",
+          "check_with", "explain_known_mistakes", "explain_non_finite", "check_backward_size", "check_keeps_dtype",
+          "check_device", "check_kernel")
 TRANSFORMS = ("vmap", "forward_ad", "double_backward", "compile", "mutates")  # judged from both sides' results
 ALLOWED = {"autograd_in_backward"}  # a permission: backward may call autograd (gradient checkpointing)
 
@@ -88,12 +88,38 @@ class Judges:
         self._judge(function, reference, args, rtol, atol, False, (), options, backward=not options.get("mutates"),
                     kind="call", uses=uses)
 
+    def check_built_on(self, function, reference, *args, on: dict, harness=None, rtol: float | None = None,
+                       atol: float | None = None) -> None:
+        """What the test's ``check_built_on`` decides (``autograder.student.checker.built_on``): the student's object
+        (or the ``harness`` run with it) matches ``reference`` built on stand-ins of the pieces ``on`` names, and still
+        does with the student's pieces changed in the examinee and the stand-ins changed the same way here."""
+        import torch
+
+        from autograder.student.checker.built_on import follows_problem, stand_in
+
+        if not (isinstance(on, dict) and on and all(isinstance(n, str) and n.isidentifier() for n in on)):
+            raise Unsupported("check_built_on needs on={the Function's name: its reference}")
+        names, seed = list(on), int(torch.randint(0, 2**31 - 1, ()))
+        for changed in (None, seed):
+            built = reference(*[stand_in(n, piece, changed).apply for n, piece in on.items()])
+            if harness is not None:
+                self.check_with(harness, function, built, *args, rtol=1e-9 if rtol is None else rtol,
+                                atol=0.0 if atol is None else atol)
+            else:
+                self._judge(function, built, args, 1e-6 if rtol is None else rtol, 1e-8 if atol is None else atol,
+                            False, (), {}, backward=True, kind="call", uses=tuple(names) if changed is None else ())
+            if changed is not None:  # the examinee answers with the student's pieces changed as the stand-ins are
+                request, compare = self.pending.pop()
+                request["built_on"] = {"pieces": names, "seed": changed}
+                self.pending.append((request, lambda reply, compare=compare: (
+                    lambda found: found and follows_problem(function.name, names, found))(compare(reply))))
+
     def check_saved(self, function, reference, *args, saves=None, max_saved: int | None = None,
                     inplace: bool = False, rtol: float = 1e-6, atol: float = 1e-8) -> None:
         """What the test's ``check_saved`` call decides: the tensors the Function keeps for backward."""
         import torch
 
-        from autograder.student.checker.saved import expected_saved, saved_problem
+        from autograder.student.checker.saved import expected_saved, saved_problem, swap_plan, swap_problem
 
         if not isinstance(function, StudentObject):
             raise Unsupported("not a check of the student's Function")
@@ -102,28 +128,41 @@ class Judges:
         grad = [isinstance(a, torch.Tensor) and a.is_floating_point() for a in args]
         leaves = [a.detach().to(torch.float64).clone().requires_grad_(True) if wanted else a
                   for a, wanted in zip(args, grad)]
-        expected = []
+        expected, plan = [], None
         if saves is not None:
             with torch.enable_grad():
                 outputs = reference(*[a.detach().clone().requires_grad_(True) if w else a for a, w in zip(leaves, grad)])
             expected = expected_saved(saves, leaves, tuple(outputs) if isinstance(outputs, (tuple, list)) else
                                       (outputs,), None)
+            plan = swap_plan(saves, reference, leaves, None)
         largest = max((a.numel() for a in leaves if isinstance(a, torch.Tensor)), default=0)
         request = {"target": function.name, "kind": "saved", "args": [encode(a) for a in leaves], "grad": grad,
                    "inplace": bool(inplace), "upstream": None}
+        if plan is not None:  # backward is given, in place of what forward saved, what a right one saves elsewhere
+            request["swap"] = {"saved": [encode(t) for t in plan["swap_in"]],
+                               "upstream": [None if u is None else encode(u) for u in plan["upstream"]]}
 
         def compare(reply) -> str | None:
             if _unanswered(reply):
                 return _found(function.name, _unanswered(reply))
             try:
                 saved = [decode(t) for t in reply["saved"]]
-                attributes = [str(a) for a in reply["attributes"]][:20]
-            except (KeyError, TypeError, ValueError) as error:
+                kept = [(_plain(what), _plain(where)) for what, where in reply["kept"][:5]]
+                swap = reply["swap"]
+                if swap is not None and swap.get("error") is not None:
+                    swap = {"error": _plain(swap["error"])}
+                elif swap is not None:
+                    swap = {key: [None if g is None else decode(g) for g in swap[key][:sum(grad)]]
+                            for key in ("own", "swapped")}
+                    if any(len(grads) != sum(grad) for grads in swap.values()):
+                        raise ValueError("gradients")
+            except (KeyError, TypeError, ValueError, AttributeError) as error:
                 return _found(function.name, f"could not be checked: the grader's run of your answers sent a malformed "
-                                             f"answer ({error})")
+                                             f"answer ({type(error).__name__})")
             if not all(isinstance(t, torch.Tensor) for t in saved):
                 return _found(function.name, "saved something that is not a tensor of a plain dtype")
-            problem = saved_problem(function.name, saved, attributes, expected, max_saved, largest, rtol, atol)
+            problem = (saved_problem(function.name, saved, kept, expected, max_saved, largest, rtol, atol)
+                       or (plan and swap_problem(function.name, swap, plan, _input_names(reply, sum(grad)), rtol, atol)))
             return problem and _found(function.name, problem, named=True)
 
         self.pending.append((request, compare))
@@ -401,6 +440,11 @@ def _input_names(reply: dict, count: int) -> list[str]:
             and all(isinstance(n, str) and NAME.fullmatch(n) for n in names)):
         return names
     return [f"input {i + 1}" for i in range(count)]
+
+
+def _plain(text) -> str:
+    """A short string of the examinee's, printable, for a message (where a student's names may appear)."""
+    return "".join(c for c in str(text)[:200] if c.isprintable())
 
 
 def _found(name: str, problem: str, named: bool = False) -> str:
