@@ -95,7 +95,7 @@ def _scores(q, k, power: float = 1.0):
     return (q @ k.transpose(-1, -2)) * q.shape[-1] ** (-0.5 * power)
 
 
-def attention(q, k, v, causal: bool = False, power: float = 1.0, shift: int = 0, reverse: bool = False):
+def attended(q, k, v, causal: bool = False, power: float = 1.0, shift: int = 0, reverse: bool = False):
     """(o, lse) of attention in float64, the scale 1/sqrt(d) applied ``power`` times, the causal mask shifted or
     reversed as the mistakes have it (a row that keeps nothing gives NaN and -inf)."""
     q, k, v = (t.detach().to(torch.float64) for t in (q, k, v))
@@ -107,7 +107,7 @@ def attention(q, k, v, causal: bool = False, power: float = 1.0, shift: int = 0,
 
 def forward_reference(q, k, v, causal: bool = False):
     """(o, lse) in the inputs' dtype: what an attention forward launcher returns."""
-    o, lse = attention(q, k, v, causal)
+    o, lse = attended(q, k, v, causal)
     return o.to(q.dtype), lse.to(q.dtype)
 
 
@@ -133,19 +133,19 @@ def _padded_keys(q, k, v, tile: int):
     length = k.shape[-2]
     extra = -length % tile
     pad = q.new_zeros(*k.shape[:-2], extra, k.shape[-1])
-    return attention(q, torch.cat([k, pad], -2), torch.cat([v, pad], -2))[0]
+    return attended(q, torch.cat([k, pad], -2), torch.cat([v, pad], -2))[0]
 
 
 def _output_mistakes(q, k, v, causal: bool):
     """(what is wrong, the o it gives) for each known mistake of forward's output, lazily."""
     length = q.shape[-2]
-    yield NO_SCALE, lambda: attention(q, k, v, causal, power=0)[0]
-    yield SCALE_TWICE, lambda: attention(q, k, v, causal, power=2)[0]
+    yield NO_SCALE, lambda: attended(q, k, v, causal, power=0)[0]
+    yield SCALE_TWICE, lambda: attended(q, k, v, causal, power=2)[0]
     if causal:
-        yield CAUSAL_DIAGONAL, lambda: attention(q, k, v, True, shift=-1)[0]
-        yield CAUSAL_ONE_MORE, lambda: attention(q, k, v, True, shift=1)[0]
-        yield CAUSAL_MISSING, lambda: attention(q, k, v, False)[0]
-        yield CAUSAL_REVERSED, lambda: attention(q, k, v, True, reverse=True)[0]
+        yield CAUSAL_DIAGONAL, lambda: attended(q, k, v, True, shift=-1)[0]
+        yield CAUSAL_ONE_MORE, lambda: attended(q, k, v, True, shift=1)[0]
+        yield CAUSAL_MISSING, lambda: attended(q, k, v, False)[0]
+        yield CAUSAL_REVERSED, lambda: attended(q, k, v, True, reverse=True)[0]
     for tile in [t for t in TILES if t < length]:
         yield ACCUMULATOR, lambda t=tile: _online(q, k, v, causal, t, False, True)
         yield ACCUMULATOR, lambda t=tile: _online(q, k, v, causal, t, False, False)
@@ -160,12 +160,12 @@ def _lse_mistakes(q, k, v, causal: bool):
     def without_max():
         q64, k64 = q.detach().to(torch.float64), k.detach().to(torch.float64)
         scores = _scores(q64, k64).masked_fill(~_keep(q.shape[-2], k.shape[-2], causal, device=q.device), -math.inf)
-        return attention(q, k, v, causal)[1] - scores.amax(-1)
+        return attended(q, k, v, causal)[1] - scores.amax(-1)
 
     yield LSE_WITHOUT_MAX, without_max
-    yield LSE_BASE_2, lambda: attention(q, k, v, causal)[1] / math.log(2)
-    yield NO_SCALE, lambda: attention(q, k, v, causal, power=0)[1]
-    yield SCALE_TWICE, lambda: attention(q, k, v, causal, power=2)[1]
+    yield LSE_BASE_2, lambda: attended(q, k, v, causal)[1] / math.log(2)
+    yield NO_SCALE, lambda: attended(q, k, v, causal, power=0)[1]
+    yield SCALE_TWICE, lambda: attended(q, k, v, causal, power=2)[1]
 
 
 def _first_match(got, right, mistakes) -> str | None:
@@ -204,7 +204,7 @@ def forward_problem(name: str, got, q, k, v, causal: bool = False, rtol: float =
     o_right, lse_right = (bool(_isclose(g, w, rtol=rtol, atol=atol).all()) for g, w in zip(got, want))
     if o_right and lse_right:
         return None
-    right = attention(q, k, v, causal)
+    right = attended(q, k, v, causal)
     if not o_right:
         named = _first_match(got[0], right[0], _output_mistakes(q, k, v, causal))
         if named:
@@ -288,7 +288,7 @@ def _gradients(q, k, v, grad_output, causal: bool, power: float = 1.0, subtract_
     the known mistakes: the final scale applied ``power`` times, D not subtracted, the mask shifted or reversed, P
     recomputed from a log-sum-exp without the maximum."""
     q, k, v, grad_output = (t.detach().to(torch.float64) for t in (q, k, v, grad_output))
-    o, lse = attention(q, k, v, causal)
+    o, lse = attended(q, k, v, causal)
     scores = _scores(q, k)
     keep = _keep(q.shape[-2], k.shape[-2], causal, shift, reverse, q.device)
     if lse_without_max:
@@ -346,7 +346,7 @@ def attention_problem(name: str, record: dict, args) -> str | None:
                     f"over keys up to start_m + BLOCK_M only; in the key/value kernel, start at the first query tile "
                     f"that reaches the key tile), not load them and mask every score")
     output = record["output"]
-    o, _ = attention(q, k, v, causal)
+    o, _ = attended(q, k, v, causal)
     if not (isinstance(output, _Tensor) and output.shape == o.shape):
         return f"{name}'s forward returns {_described(output)}; attention's output has shape {list(o.shape)}"
     if not _right(output, o):
