@@ -51,19 +51,27 @@ SOLUTION = "solution BiasGELU"
 SKIPPED = "no CUDA: skipped"
 
 
-def solution_namespace(notebook: Path = NOTEBOOK) -> dict:
-    """The solution notebook's setup, tiles, references, kernels, launchers and ``BiasGELU``, run as plain Python.
+def solution_namespace(notebook: Path = NOTEBOOK, cells: tuple[str, ...] = CELLS, changes=()) -> dict:
+    """The solution notebook's ``cells`` (by id, in order: for 10 its setup, tiles, references, kernels, launchers
+    and ``BiasGELU``), run as plain Python; ``changes``, (old, new) pairs, are replaced in their sources first (a
+    test types a student's mistake into a right answer that way).
 
     Each cell's source goes into ``linecache`` under a name of its own, as IPython does: Triton reads a
     kernel's source when it defines one. The setup cell decides, as in the notebook, where the kernels
     run: compiled for the GPU, or in Triton's interpreter without CUDA (or with TRITON_INTERPRET=1 set
     before triton was first imported in this process).
     """
-    cells = {cell.get("id"): "".join(cell["source"]) for cell in json.loads(notebook.read_text())["cells"]}
-    namespace = {"__name__": "solution_10"}
-    for name in CELLS:
+    sources = {cell.get("id"): "".join(cell["source"]) for cell in json.loads(notebook.read_text())["cells"]}
+    for old, new in changes:
+        found = [name for name in cells if old in sources[name]]
+        if not found:
+            raise ValueError(f"no cell of {notebook.name} among {', '.join(cells)} holds {old!r}")
+        for name in found:
+            sources[name] = sources[name].replace(old, new)
+    namespace = {"__name__": f"solution_{notebook.stem[:2]}"}
+    for name in cells:
         with contextlib.redirect_stdout(io.StringIO()):  # the setup cell says where kernels run
-            code = compile_cell(cells[name], f"<{notebook.stem} cell {name}>")
+            code = compile_cell(sources[name], f"<{notebook.stem} cell {name}>")
             exec(code, namespace)  # noqa: S102 - the course's own notebook
     return namespace
 

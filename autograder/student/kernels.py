@@ -19,6 +19,7 @@ kernels on a GPU are untouched.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 
@@ -262,3 +263,140 @@ def timing_lines(record: dict) -> list[str]:
             lines.append(f"  {row['variant']:28} {row['elements']:>11,} elements: {row['seconds'] * 1e6:8.1f} us "
                          f"({row['fraction_of_copy']:4.0%} of copy_)")
     return lines
+
+
+# --------------------------------------------------------------------------------------------
+# What interpreted kernels did (assignment 11): how many tl.dot each launch ran, and races between its programs
+
+class LaunchWatch:
+    """What ``watch_launches`` saw: one dict per kernel launch, in order (``launches``), and whether it could
+    watch at all (``watching``: False outside Triton's interpreter, or where it is built otherwise)."""
+
+    def __init__(self, watching: bool) -> None:
+        self.watching, self.launches, self.now = watching, [], None
+
+
+class _Writes:
+    """One launch's stores and atomics, program by program: the first element that two programs both write, at
+    least one of them without an atomic, is a race (on a GPU the programs run at the same time)."""
+
+    def __init__(self, kernel: str, ranges: list) -> None:
+        import numpy as np
+
+        self.kernel, self.ranges, self.dots, self.race, self.program = kernel, ranges, 0, None, None
+        self.before = {False: np.empty(0, np.uint64), True: np.empty(0, np.uint64)}  # earlier programs': plain, atomic
+        self.current: dict[bool, list] = {False: [], True: []}
+
+    def wrote(self, program: tuple, pointers, mask, atomic: bool) -> None:
+        import numpy as np
+
+        if program != self.program:
+            for kind, parts in self.current.items():
+                if parts:
+                    self.before[kind] = np.union1d(self.before[kind], np.concatenate(parts))
+            self.current, self.program = {False: [], True: []}, program
+        addresses = np.asarray(pointers, dtype=np.uint64).reshape(-1)
+        if mask is not None:
+            addresses = addresses[np.broadcast_to(np.asarray(mask, dtype=bool), np.shape(pointers)).reshape(-1)]
+        clash = np.isin(addresses, self.before[False])
+        if not atomic:
+            clash |= np.isin(addresses, self.before[True])
+        if self.race is None and clash.any():
+            self.race = self._where(int(addresses[clash][0]), program)
+        self.current[atomic].append(addresses)
+
+    def _where(self, address: int, program: tuple) -> dict:
+        for name, start, end, size in self.ranges:
+            if start <= address < end:
+                return {"tensor": name, "element": (address - start) // size, "program": list(program)}
+        return {"tensor": "memory", "element": address, "program": list(program)}
+
+    def summary(self) -> dict:
+        return {"kernel": self.kernel, "dots": self.dots, "race": self.race}
+
+
+@contextlib.contextmanager
+def watch_launches():
+    """Within the block, every kernel launch that Triton's interpreter runs is recorded, in ``LaunchWatch.launches``,
+    as ``{"kernel": name, "dots": how many tl.dot its programs ran, "race": None or {"tensor": argument name,
+    "element": index, "program": the program that wrote it second}}``. A race is an element that two programs of
+    one launch both write, one of them at least with a plain ``tl.store`` (two ``tl.atomic_add`` do not race): the
+    interpreter runs programs one after another, so the last write wins quietly; a GPU runs them at the same time.
+
+    Assignment 11 reads it to find a query gradient whose programs overwrite each other, and whether a causal
+    kernel skips the tiles its mask removes whole (fewer ``tl.dot``). It wraps, for the block only, Triton's
+    interpreter's launch (``GridExecutor.__call__``), its ``tl.dot``, store and atomics
+    (``InterpreterBuilder.create_dot``, ``create_masked_store``, ``create_atomic_rmw``, ``create_atomic_cas``) and
+    reads the running program's index (``interpreter_builder.grid_idx``), the same in triton 3.6 and 3.7."""
+    interpreter = _interpreter_module()
+    builder = getattr(interpreter, "InterpreterBuilder", None)
+    names = ("create_dot", "create_masked_store", "create_atomic_rmw", "create_atomic_cas")
+    if not (all(hasattr(builder, n) for n in names) and hasattr(getattr(interpreter, "GridExecutor", None), "__call__")
+            and hasattr(interpreter, "interpreter_builder")):
+        yield LaunchWatch(False)
+        return
+    watch = LaunchWatch(True)
+    originals = {n: getattr(builder, n) for n in names}
+    original_call = interpreter.GridExecutor.__call__
+
+    def program() -> tuple:
+        return tuple(getattr(interpreter.interpreter_builder, "grid_idx", None) or ())
+
+    def call(self, *args, **kwargs):
+        named = zip(list(self.arg_names)[:len(args)] + list(kwargs), list(args) + list(kwargs.values()))
+        watch.now = _Writes(getattr(self.fn, "__name__", "a kernel"), [_span(n, t) for n, t in named if hasattr(t, "data_ptr")])
+        try:
+            return original_call(self, *args, **kwargs)
+        finally:
+            watch.launches.append(watch.now.summary())
+            watch.now = None
+
+    def create_dot(self, *args, **kwargs):
+        if watch.now is not None:
+            watch.now.dots += 1
+        return originals["create_dot"](self, *args, **kwargs)
+
+    def create_masked_store(self, ptrs, value, mask, *args, **kwargs):
+        if watch.now is not None:
+            watch.now.wrote(program(), ptrs.data, mask.data, atomic=False)
+        return originals["create_masked_store"](self, ptrs, value, mask, *args, **kwargs)
+
+    def create_atomic_rmw(self, operation, ptr, value, mask, *args, **kwargs):
+        if watch.now is not None:
+            watch.now.wrote(program(), ptr.data, None if mask is None else mask.data, atomic=True)
+        return originals["create_atomic_rmw"](self, operation, ptr, value, mask, *args, **kwargs)
+
+    def create_atomic_cas(self, ptr, *args, **kwargs):
+        if watch.now is not None:
+            watch.now.wrote(program(), ptr.data, None, atomic=True)
+        return originals["create_atomic_cas"](self, ptr, *args, **kwargs)
+
+    replaced = {"create_dot": create_dot, "create_masked_store": create_masked_store,
+                "create_atomic_rmw": create_atomic_rmw, "create_atomic_cas": create_atomic_cas}
+    for name, function in replaced.items():
+        setattr(builder, name, function)
+    interpreter.GridExecutor.__call__ = call
+    try:
+        yield watch
+    finally:
+        for name, function in originals.items():
+            setattr(builder, name, function)
+        interpreter.GridExecutor.__call__ = original_call
+
+
+def _span(name: str, tensor) -> tuple[str, int, int, int]:
+    """(name, first byte, end byte, element size) of a tensor argument: what a race's address is named by."""
+    size = tensor.element_size()
+    last = sum((n - 1) * abs(s) for n, s in zip(tensor.shape, tensor.stride())) if tensor.numel() else -1
+    return name, tensor.data_ptr(), tensor.data_ptr() + (last + 1) * size, size
+
+
+def _interpreter_module():
+    """Triton's interpreter module, where kernels run in it (TRITON_INTERPRET set); else None."""
+    if os.environ.get(INTERPRETER_VARIABLE, "0").strip().lower() not in _TRUE:
+        return None
+    try:
+        from triton.runtime import interpreter
+    except ImportError:
+        return None
+    return interpreter

@@ -217,13 +217,15 @@ def test_check_in_the_distribution_runs_the_visible_tests(dist, tmp_path):
 
 
 @pytest.mark.slow
-def test_check_of_the_triton_kernels_runs_in_the_distribution(dist, tmp_path):
-    """10's kernels run in the distribution's grader too: Triton's interpreter, the memory guard, check_kernel."""
-    assignment = "10_triton_kernels"
+@pytest.mark.parametrize("assignment, score, passed", [("10_triton_kernels", "18 / 18", 6),
+                                                       ("11_flash_attention", "27 / 27", 8)])
+def test_check_of_the_triton_kernels_runs_in_the_distribution(dist, tmp_path, assignment, score, passed):
+    """10's and 11's kernels run in the distribution's grader too: Triton's interpreter, the memory guard,
+    check_kernel, 11's check_attention."""
     mine = tmp_path / f"{assignment}.ipynb"
     mine.write_text(json.dumps(filled_release(REPO, assignment, solution_answers(REPO, assignment))))
     right = _in_dist(dist, "-m", "autograder", "check", str(mine))
-    assert right.returncode == 0 and "score: 18 / 18" in right.stdout and "6 passed, 0 failed" in right.stdout, (
+    assert right.returncode == 0 and f"score: {score}" in right.stdout and f"{passed} passed, 0 failed" in right.stdout, (
         right.stdout + right.stderr)
 
 

@@ -32,7 +32,7 @@ pytestmark = pytest.mark.slow
 
 DEMO_STUDENTS = ("ada", "ben", "chen", "dana", "eli", "fay", "ivy")  # gus's file is not a notebook
 REAL_HOME = os.path.expanduser("~")
-SLOW = ("07_gpu_timing", "09_production_pytorch")  # (their solution and blank suffice: they take seconds each)
+SLOW = ("07_gpu_timing", "09_production_pytorch", "11_flash_attention")  # (their solution and blank suffice: they take seconds each)
 
 PROBE = '''
 def _probe():

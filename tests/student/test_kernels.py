@@ -141,3 +141,43 @@ def test_check_kernel_passes_the_solution_and_names_a_wrong_axis_inside_square_t
     with pytest.raises(AssertionError, match="summed over the wrong axis of each tile"):
         check_kernel(square["bias_gelu_backward"], square["bias_gelu_backward_reference"], torch.randn(40, 70),
                      torch.randn(70), torch.randn(40, 70))
+
+
+@triton.jit
+def _write_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr, MODE: tl.constexpr):
+    offsets = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + tl.program_id(0) * BLOCK + offsets, mask=offsets < n)
+    if MODE == 0:  # every program stores the same elements: a race
+        tl.store(y_ptr + offsets, x, mask=offsets < n)
+    elif MODE == 1:  # every program adds into the same elements with atomics: no race
+        tl.atomic_add(y_ptr + offsets, x, mask=offsets < n)
+    elif MODE == 2:  # each program its own elements: no race
+        tl.store(y_ptr + tl.program_id(0) * BLOCK + offsets, x, mask=offsets < n)
+    else:  # a load, an addition and a store: right in the interpreter, a race on a GPU
+        tl.store(y_ptr + offsets, tl.load(y_ptr + offsets, mask=offsets < n) + x, mask=offsets < n)
+    tl.dot(tl.reshape(x, (4, 4)), tl.reshape(x, (4, 4)))
+
+
+@pytest.mark.parametrize("mode, race", [(0, {"tensor": "y_ptr", "element": 0, "program": [1, 0, 0]}), (1, None),
+                                        (2, None), (3, {"tensor": "y_ptr", "element": 0, "program": [1, 0, 0]})])
+def test_watch_launches_finds_two_programs_writing_one_element_and_counts_tl_dot(mode, race):
+    from triton.runtime import interpreter
+
+    from autograder.student.kernels import watch_launches
+
+    call = interpreter.GridExecutor.__call__
+    with watch_launches() as watch:
+        _write_kernel[(3,)](torch.randn(48), torch.zeros(48), 16, BLOCK=16, MODE=mode)
+    assert watch.watching and watch.launches == [{"kernel": "_write_kernel", "dots": 3, "race": race}]
+    assert interpreter.GridExecutor.__call__ is call  # put back after the block
+    _write_kernel[(3,)](torch.randn(48), torch.zeros(48), 16, BLOCK=16, MODE=mode)
+    assert len(watch.launches) == 1
+
+
+def test_watch_launches_watches_nothing_where_kernels_are_not_interpreted(monkeypatch):
+    from autograder.student.kernels import watch_launches
+
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    with watch_launches() as watch:
+        pass
+    assert not watch.watching and watch.launches == []

@@ -23,6 +23,7 @@ from autograder.grading.running.judging.autograd_use import Watch, graph_nodes
 from autograder.grading.running.messages.wire import Unsupported, decode, encode
 from autograder.student.checker import diagnoses
 from autograder.student.checker.built_on import substituted
+from autograder.student.checker.attention import attention_record
 from autograder.student.checker.callables import argument_names, graph_names
 from autograder.student.checker.devices import device_record
 from autograder.student.checker.harness import as_data
@@ -37,7 +38,8 @@ _DIAGNOSES = {"backward": lambda f, args, seed: diagnoses.backward_record(f, arg
               "finite": lambda f, args, seed: diagnoses.finite_record(f, args),
               "size": lambda f, args, seed: {"largest": diagnoses.largest_tensor_in_backward(f, *args)},
               "dtype": lambda f, args, seed: diagnoses.dtype_record(f, args),
-              "device": lambda f, args, seed: device_record(f, args)}
+              "device": lambda f, args, seed: device_record(f, args),
+              "attention": lambda f, args, seed: attention_record(f, args, seed)}
 
 
 def answer(request: dict, namespace: dict, harnesses: dict | None = None) -> dict:

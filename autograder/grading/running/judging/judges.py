@@ -16,7 +16,7 @@ from autograder.grading.running.messages.wire import Unsupported, decode, encode
 
 JUDGES = ("check_function", "check_forward", "check_callable", "check_built_on", "check_saved", "check_values",
           "check_with", "explain_known_mistakes", "explain_non_finite", "check_backward_size", "check_keeps_dtype",
-          "check_device", "check_kernel")
+          "check_device", "check_kernel", "check_attention_forward", "check_attention")
 TRANSFORMS = ("vmap", "forward_ad", "double_backward", "compile", "mutates")  # judged from both sides' results
 ALLOWED = {"autograd_in_backward"}  # a permission: backward may call autograd (gradient checkpointing)
 
@@ -184,6 +184,23 @@ class Judges:
 
         self._judge_data(None, function, reference, args, rtol, atol, explain=lambda got, want, error=None:
                          kernel_problem(function.name, got, want, rtol, atol, error))
+
+    def check_attention_forward(self, function, q, k, v, causal: bool = False, rtol: float = 1e-5,
+                                atol: float = 1e-5) -> None:
+        """What the test's ``check_attention_forward`` decides (assignment 11): an attention launcher's ``(o, lse)``,
+        asked as ``check_values`` asks them, and a wrong one named (``checker.attention.forward_problem``)."""
+        from autograder.student.checker.attention import forward_problem, forward_reference
+
+        self._judge_data(None, function, forward_reference, (q, k, v, causal), rtol, atol, explain=lambda got, want, error=None:
+                         forward_problem(function.name, got, q, k, v, causal, rtol, atol, error))
+
+    def check_attention(self, function, q, k, v, causal: bool = False, seed: int = 0) -> None:
+        """What the test's ``check_attention`` decides (assignment 11): from the examinee's record of the Function's
+        forward and backward (largest tensors, races, tl.dot counts, values), judged here (``attention_problem``)."""
+        from autograder.student.checker.attention import attention_problem
+
+        self._diagnose(function, "attention", (q, k, v, causal), seed, lambda record: attention_problem(
+            function.name, record, (q, k, v, causal)))
 
     def _judge_data(self, harness, function, reference, args, rtol, atol, explain=None) -> None:
         from autograder.student.checker.harness import _copies, as_data, same_data, short, with_message

@@ -61,6 +61,8 @@ WATCHED_NAMES = {"torch": "torch", "nn": "torch.nn", "check_function": "autograd
                  "check_saved": "autograder.check_saved", "check_values": "autograder.check_values",
                  "check_with": "autograder.check_with", "check_device": "autograder.check_device",
                  "check_kernel": "autograder.check_kernel", "check_built_on": "autograder.check_built_on",
+                 "check_attention": "autograder.student.checker.attention.check_attention",
+                 "check_attention_forward": "autograder.student.checker.attention.check_attention_forward",
                  "autograder": "autograder", "__builtins__": "builtins"}
 # Builtins that tests use to check answers: a notebook may not define functions by these names.
 WATCHED_BUILTINS = ["isinstance", "issubclass", "len", "type", "hasattr", "callable", "bool"]
