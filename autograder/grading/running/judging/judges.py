@@ -139,12 +139,30 @@ class Judges:
         self._judge_data(harness, function, reference, args, rtol, atol)
 
     def check_kernel(self, function, reference, *args, rtol: float = 1e-5, atol: float = 1e-5) -> None:
-        """What the test's ``check_kernel`` call decides (assignment 10): a kernel launcher's results, asked as
-        ``check_values`` asks them, and a wrong one explained in a kernel's terms (a forgotten tail, ...)."""
-        from autograder.student.checker.kernels import kernel_problem
+        """What the test's ``check_kernel`` call decides (assignment 10): a kernel launcher's results on the
+        arguments, on non-contiguous copies and on their first row (``checker.kernels.kernel_runs``, made in the
+        student's process), explained here in a kernel's terms (a forgotten tail, a wrong row stride, ...)."""
+        from autograder.student.checker.kernels import kernel_problem, kernel_verdict
 
-        self._judge_data(None, function, reference, args, rtol, atol, explain=lambda got, want, error=None:
-                         kernel_problem(function.name, got, want, rtol, atol, error))
+        if not isinstance(function, StudentObject):
+            raise Unsupported("not a check of the student's function")
+        request = {"target": function.name, "kind": "kernel", "args": [encode(a) for a in args],
+                   "grad": [False] * len(args), "inplace": False, "upstream": None}
+
+        def compare(reply) -> str | None:
+            if not (isinstance(reply, dict) and reply.get("error") is None and isinstance(reply.get("runs"), dict)):
+                return _found(function.name, _unanswered(reply) or "could not be checked: a malformed answer")
+            try:
+                runs = {str(key): _run_outcome(run) for key, run in list(reply["runs"].items())[:16]}
+                runs["given"]
+            except (KeyError, TypeError, ValueError) as error:
+                return _found(function.name, f"could not be checked: a malformed answer ({error})")
+            problem = kernel_verdict(function.name, runs, reference, args, rtol, atol)
+            if problem is None and "error" in runs["given"]:
+                problem = kernel_problem(function.name, None, None, error=runs["given"]["error"])
+            return problem and _found(function.name, problem, named=True)
+
+        self.pending.append((request, compare))
 
     def _judge_data(self, harness, function, reference, args, rtol, atol, explain=None) -> None:
         from autograder.student.checker.harness import _copies, as_data, same_data, short, with_message
@@ -401,6 +419,13 @@ def _input_names(reply: dict, count: int) -> list[str]:
             and all(isinstance(n, str) and NAME.fullmatch(n) for n in names)):
         return names
     return [f"input {i + 1}" for i in range(count)]
+
+
+def _run_outcome(run) -> dict:
+    """One run of ``kernel_runs`` as the student's process sent it: ``{"result": value}`` or ``{"error": text}``."""
+    if isinstance(run, dict) and isinstance(run.get("error"), str):
+        return {"error": run["error"][:4000]}
+    return {"result": decode(run["result"])}
 
 
 def _found(name: str, problem: str, named: bool = False) -> str:

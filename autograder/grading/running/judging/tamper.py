@@ -60,7 +60,7 @@ WATCHED_NAMES = {"torch": "torch", "nn": "torch.nn", "check_function": "autograd
                  "check_forward": "autograder.check_forward", "check_callable": "autograder.check_callable",
                  "check_saved": "autograder.check_saved", "check_values": "autograder.check_values",
                  "check_with": "autograder.check_with", "check_device": "autograder.check_device",
-                 "check_kernel": "autograder.check_kernel",
+                 "check_kernel": "autograder.check_kernel", "check_custom_op": "autograder.check_custom_op",
                  "autograder": "autograder", "__builtins__": "builtins"}
 # Builtins that tests use to check answers: a notebook may not define functions by these names.
 WATCHED_BUILTINS = ["isinstance", "issubclass", "len", "type", "hasattr", "callable", "bool"]
