@@ -234,6 +234,13 @@ def test_check_kernel_passes_the_solution_and_names_a_wrong_axis_inside_square_t
                      torch.randn(70), torch.randn(40, 70))
 
 
+def test_strided_false_leaves_the_non_contiguous_copies_out(tmp_path):
+    # For a launcher meant for contiguous tensors only: the same mistake as above passes then.
+    namespace = _mistaken(tmp_path, "    x = x.contiguous()\n    y = torch.empty_like(x)", "    y = torch.empty_like(x)")
+    check_kernel(namespace["bias_gelu_forward"], namespace["bias_gelu_reference"], torch.randn(13, 1100),
+                 torch.randn(1100), strided=False)
+
+
 def test_a_grid_stops_short_only_at_a_multiple_of_a_block_less_than_one_block_from_the_end():
     assert _grid_stops_there(32, 37) and _grid_stops_there(1024, 1100)  # 8 (or 32) rows; 1024 columns
     assert not _grid_stops_there(12, 37) and not _grid_stops_there(1026, 2100)  # blocks that overlap

@@ -33,19 +33,20 @@ PADDING = 3  # the extra elements per row of check_kernel's non-contiguous copie
 ONE_ROW, STRIDED = "one row", "strided"
 
 
-def check_kernel(function, reference, *args, rtol: float = 1e-5, atol: float = 1e-5) -> None:
+def check_kernel(function, reference, *args, rtol: float = 1e-5, atol: float = 1e-5, strided: bool = True) -> None:
     """Check that ``function(*args)`` (which launches kernels) gives what ``reference(*args)`` gives.
 
     Results are tensors, or tuples of them; tensors are compared within ``rtol`` and ``atol``
     (float32 kernels round differently from torch). The function is also run on non-contiguous copies
-    of its matrix arguments and on their first row alone (``kernel_runs``). Raises AssertionError saying
+    of its matrix arguments (unless ``strided=False``: a function meant for contiguous tensors only) and
+    on their first row alone (``kernel_runs``). Raises AssertionError saying
     what is wrong and, where the pattern shows it, which mistake: a forgotten tail, blocks that start in
     the wrong place, elements never written, a wrong row stride, a matrix assumed contiguous, a sum over
     the wrong axis, one block's partial sum where all of them should be added.
     """
     name = getattr(function, "__name__", "your function")
     with fresh_memory_is_nan():
-        runs = kernel_runs(function, args)
+        runs = kernel_runs(function, args, strided)
     problem = kernel_verdict(name, runs, reference, args, rtol, atol)
     error = runs["given"].get("error")
     if problem is None and isinstance(error, BaseException):
@@ -57,14 +58,14 @@ def check_kernel(function, reference, *args, rtol: float = 1e-5, atol: float = 1
         print(f"check_kernel: {name} passes, but {unguarded}")
 
 
-def kernel_runs(function, args) -> dict:
+def kernel_runs(function, args, strided: bool = True) -> dict:
     """What ``check_kernel`` judges, run where ``function`` lives (the notebook, or the grader's examinee): its
-    outcome (``{"result": ...}`` or ``{"error": exception}``) on copies of ``args`` ("given"); on copies whose
-    matrices are not contiguous ("strided"; and "strided k" for matrix k alone where that differs from "given");
-    and on their first row alone ("one row", where the first matrix has several rows)."""
+    outcome (``{"result": ...}`` or ``{"error": exception}``) on copies of ``args`` ("given"); with ``strided``,
+    on copies whose matrices are not contiguous ("strided"; and "strided k" for matrix k alone where that
+    differs from "given"); and on their first row alone ("one row", where the first matrix has several rows)."""
     runs = {"given": _outcome(function, _copies(args))}
     matrices = [i for i, a in enumerate(args) if isinstance(a, _Tensor) and a.dim() >= 2 and a.numel() > 1]
-    if matrices and "result" in runs["given"]:
+    if strided and matrices and "result" in runs["given"]:
         runs[STRIDED] = _outcome(function, not_contiguous(args, matrices))
         if len(matrices) > 1 and not _same_outcome(runs[STRIDED], runs["given"]):
             runs.update({f"{STRIDED} {i}": _outcome(function, not_contiguous(args, [i])) for i in matrices})

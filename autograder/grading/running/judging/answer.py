@@ -55,7 +55,7 @@ def answer(request: dict, namespace: dict, harnesses: dict | None = None) -> dic
         if request["kind"] in ("values", "with"):
             return _answer_data(run, request, namespace if harnesses is None else harnesses)
         if request["kind"] == "kernel":
-            return _answer_kernel(run, [decode(a) for a in request["args"]])
+            return _answer_kernel(run, [decode(a) for a in request["args"]], request.get("strided") is not False)
         if request["kind"] == "saved":
             return _answer_saved(namespace[request["target"]], [decode(a) for a in request["args"]], request["grad"],
                                  bool(request["inplace"]))
@@ -121,11 +121,11 @@ def _answer_data(run, request: dict, harnesses: dict) -> dict:
         return {"error": f"TypeError: the result is a {type(result).__name__}, not plain data"}
 
 
-def _answer_kernel(run, args: list) -> dict:
+def _answer_kernel(run, args: list, strided: bool) -> dict:
     """check_kernel's runs of the student's launcher (``checker.kernels.kernel_runs``), as data: each a result or
     an error's text."""
     runs = {}
-    for key, outcome in kernel_runs(run, args).items():
+    for key, outcome in kernel_runs(run, args, strided).items():
         if "error" in outcome:
             runs[key] = {"error": error_text(outcome["error"])}
             continue

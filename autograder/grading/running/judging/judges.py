@@ -138,7 +138,8 @@ class Judges:
             raise Unsupported("check_with needs a harness the notebook's visible cells define by name")
         self._judge_data(harness, function, reference, args, rtol, atol)
 
-    def check_kernel(self, function, reference, *args, rtol: float = 1e-5, atol: float = 1e-5) -> None:
+    def check_kernel(self, function, reference, *args, rtol: float = 1e-5, atol: float = 1e-5,
+                     strided: bool = True) -> None:
         """What the test's ``check_kernel`` call decides (assignment 10): a kernel launcher's results on the
         arguments, on non-contiguous copies and on their first row (``checker.kernels.kernel_runs``, made in the
         student's process), explained here in a kernel's terms (a forgotten tail, a wrong row stride, ...)."""
@@ -147,7 +148,7 @@ class Judges:
         if not isinstance(function, StudentObject):
             raise Unsupported("not a check of the student's function")
         request = {"target": function.name, "kind": "kernel", "args": [encode(a) for a in args],
-                   "grad": [False] * len(args), "inplace": False, "upstream": None}
+                   "grad": [False] * len(args), "inplace": False, "upstream": None, "strided": bool(strided)}
 
         def compare(reply) -> str | None:
             if not (isinstance(reply, dict) and reply.get("error") is None and isinstance(reply.get("runs"), dict)):
