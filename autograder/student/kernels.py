@@ -17,6 +17,10 @@ its masked load (``InterpreterBuilder.create_masked_load``): private names, the 
 3.7.1 and 3.8.0 (each checked, tests/student/test_kernels.py). On a Triton whose interpreter is built
 otherwise it installs nothing and returns False; ``memory_guarded()`` says whether it is on, and
 ``UNGUARDED`` is what the notebook and ``check_kernel`` then say. Compiled kernels on a GPU are untouched.
+
+``SOFTMAX_BACKWARD_MISTAKES`` and ``SOFTMAX_NAN`` are what 10's softmax test names (Exercise 4); the
+timing helpers and records of Exercise 6 live in ``autograder.student.kernel_records`` and are importable
+from here too.
 """
 
 from __future__ import annotations
@@ -234,7 +238,7 @@ SOFTMAX_NAN = (  # explain_non_finite's situation, forward's advice and backward
     "on rows of 10 columns (blocks of 16 lanes, the last 6 masked)",
     "In forward, the masked lanes must load -inf (other=-float('inf')): they then never win the maximum, and "
     "exp(-inf) = 0 adds nothing to the sum.",
-    "NaN in every row, where torch's gradient is finite, comes from the masked lanes: a tl.load with a mask and no "
+    "NaN where torch's gradient is finite most likely comes from the masked lanes: a tl.load with a mask and no "
     "other= holds NaN there in this notebook (and anything at all on a GPU), and tl.sum adds it in. Load y and "
     "grad_output with other=0.0, so that the lanes past the row's end add nothing to the row's sum. (Or some "
     "element of grad_x was never written: new tensors hold NaN here.)",
