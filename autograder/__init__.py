@@ -12,7 +12,7 @@ The package has three wings, by who uses them: ``autograder.student`` (what note
 torch), so the command line and the grading process, which never call them, start without torch.
 """
 
-__all__ = ["check_built_on", "check_callable", "check_device", "check_forward", "check_function", "check_kernel",
+__all__ = ["check_built_on", "check_callable", "check_custom_op", "check_device", "check_forward", "check_function", "check_kernel",
            "check_saved", "check_values", "check_with", "draw_graph"]
 
 

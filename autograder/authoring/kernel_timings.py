@@ -3,20 +3,27 @@
 The kernels are the solution notebook's own cells (``solutions/10_triton_kernels``), read from its JSON
 and run here as plain Python, compiled by Triton (never its interpreter): one copy of the kernels, the
 notebook's. ``record(out_dir)`` then measures, with the notebook's Exercise 6 helper
-(``autograder.student.kernels.time_bias_gelu``: 07's workloads and clocks), forward+backward of
+(``autograder.student.kernel_records.time_bias_gelu``: 07's workloads and clocks), forward+backward of
 ``BiasGELU`` against ``copy_`` and the built-in ``F.gelu(x + bias)``:
 
 - at 2^27 float32 elements, for the notebook's tiles and a few others (which tile sizes and
   ``num_warps`` get the solution to the notebook's aim, 85% of ``copy_``'s bandwidth);
-- over sizes from 2^20 to 2^27, with the notebook's tiles, as latency and as throughput;
+- over sizes from 2^20 to 2^27, with the notebook's tiles, as latency and as throughput, each call also
+  replayed from a CUDA graph (the host's per-call work taken away) and each also timed by
+  ``triton.testing.do_bench``;
+- the notebook's custom operator (Exercise 5) and the built-in under ``torch.compile(mode="reduce-overhead")``
+  (CUDA graphs made by the compiler) at 2^20 and 2^27 elements;
 - whether the two bias gradients (partial sums, ``tl.atomic_add``) give the same bits from run to run,
   and how far the solution's gradients are from torch's.
 
 It writes ``kernels_cuda.json`` (the record the notebook shows, once copied to
-``autograder/student/data/``) and ``kernels_cuda.txt`` (a summary), in well under two minutes. It needs
-torch, triton, numpy and matplotlib, not Jupyter or nbgrader. Without CUDA it writes only the summary,
-"no CUDA: skipped", and returns that. (``--device cpu`` runs the same code small under Triton's
-interpreter, for the tests: its times are the interpreter's, and its files are named ``kernels_cpu``.)
+``autograder/student/data/``) and ``kernels_cuda.txt`` (a summary), in about a minute or two (the compiled
+variants take most of it). The record holds ``solution_sha256``, a fingerprint of the kernel cells it
+timed, so a test can tell when the notebook's kernels changed after it was made. It needs torch, triton,
+numpy and matplotlib, not Jupyter or nbgrader. Without CUDA it writes only the summary, "no CUDA:
+skipped", and returns that. (``--device cpu`` runs the same code small under Triton's interpreter, for
+the tests: its times are the interpreter's, its files are named ``kernels_cpu``, and it leaves out what
+needs a GPU: CUDA graphs, ``do_bench``, the compiled variants.)
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
+import hashlib
 import io
 import json
 import os
@@ -38,7 +46,9 @@ from autograder.authoring.notebook_script import compile_cell
 
 NOTEBOOK = Path(__file__).resolve().parents[2] / "solutions" / "10_triton_kernels" / "10_triton_kernels.ipynb"
 CELLS = ("setup", "tiles", "bias_gelu_forward", "cell-backward-reference", "bias_gelu_backward",
-         "bias_gelu_function")  # the cells' ids, in order
+         "bias_gelu_function", "bias_gelu_op")  # the cells' ids, in order
+KERNEL_CELLS = ("tiles", "bias_gelu_forward", "bias_gelu_backward")  # what is timed: solution_sha256 covers these
+COMPILED_SIZES = (2 ** 20, 2 ** 27)  # where torch.compile(mode="reduce-overhead") is timed
 SIZES = tuple(2 ** k for k in (20, 22, 24, 26, 27))
 AIM = 0.85  # of copy_'s bandwidth, forward+backward of 2^27 elements (the notebook's Section 7)
 # Other tiles tried at 2^27, beside the notebook's own (FORWARD_TILE, BACKWARD_TILE of its "tiles" cell).
@@ -48,6 +58,8 @@ TILES = (
     ({"BLOCK_ROWS": 4, "BLOCK_COLUMNS": 512, "num_warps": 4}, {"BLOCK_ROWS": 16, "BLOCK_COLUMNS": 128, "num_warps": 4}),
 )
 SOLUTION = "solution BiasGELU"
+OPERATOR = 'solution custom op, torch.compile(mode="reduce-overhead")'
+BUILT_IN_COMPILED = 'built-in F.gelu(x + bias), torch.compile(mode="reduce-overhead")'
 SKIPPED = "no CUDA: skipped"
 
 
@@ -111,18 +123,28 @@ def write(out_dir: Path, data: dict) -> list[Path]:
     return [stem.with_suffix(".json"), stem.with_suffix(".txt")]
 
 
+def solution_sha256(notebook: Path = NOTEBOOK) -> str:
+    """A fingerprint of the kernel cells the record times (``KERNEL_CELLS``' sources): it changes when they do."""
+    cells = {cell.get("id"): "".join(cell["source"]) for cell in json.loads(notebook.read_text())["cells"]}
+    return hashlib.sha256("\n".join(cells[name] for name in KERNEL_CELLS).encode()).hexdigest()
+
+
 def measure(device: str = "cuda", sizes=SIZES, tiles=TILES, check_elements: int = 2 ** 20,
-            same_elements: int = 2 ** 24, runs: int = 20, clock: dict | None = None) -> dict:
-    """The record: the notebook's tiles and ``tiles`` at the largest size, the notebook's tiles at every size,
-    the bias gradients' reproducibility (``runs`` runs on ``same_elements``) and the gradients' difference
-    from torch (on ``check_elements``). ``record`` asks for CUDA; the tests run it small on a CPU."""
+            same_elements: int = 2 ** 24, runs: int = 20, clock: dict | None = None,
+            compiled_sizes=COMPILED_SIZES) -> dict:
+    """The record: the notebook's tiles and ``tiles`` at the largest size, the notebook's tiles at every size
+    (on CUDA also replayed from CUDA graphs and timed by do_bench), the custom operator and the built-in under
+    torch.compile(mode="reduce-overhead") at ``compiled_sizes`` (CUDA), the bias gradients' reproducibility
+    (``runs`` runs on ``same_elements``) and the gradients' difference from torch (on ``check_elements``).
+    ``record`` asks for CUDA; the tests run it small on a CPU."""
     import torch
     import triton
 
-    from autograder.student.kernels import time_bias_gelu
+    from autograder.student.kernel_records import time_bias_gelu
     from autograder.student.timing import device_name, nominal_peak_bandwidth_gbps
 
     clock = clock or {}  # time_bias_gelu's repeats, calls and blocks (its defaults on a GPU)
+    on_gpu = torch.device(device).type == "cuda"
     started = time.monotonic()
     namespace = solution_namespace()
     torch.use_deterministic_algorithms(False)  # the setup cell's NaN fill of new tensors is for the exercises
@@ -137,14 +159,15 @@ def measure(device: str = "cuda", sizes=SIZES, tiles=TILES, check_elements: int 
                                                             "fraction_of_copy_latency", "fraction_of_copy_throughput")},
                          "copy_latency_seconds": rows[0]["latency_seconds"]})
     namespace["FORWARD_TILE"], namespace["BACKWARD_TILE"] = shipped
-    sweep = time_bias_gelu(function, list(sizes), device, name=SOLUTION, **clock)
+    sweep = time_bias_gelu(function, list(sizes), device, name=SOLUTION, graphs=on_gpu, bench=on_gpu, **clock)
     copy = next(row for row in sweep if row["elements"] == max(sizes))
     data = {
-        "format": 1,
+        "format": 2,
         "kind": "measurement",
         "what": ("this course's solution kernels (10_triton_kernels, Exercises 1 to 3: BiasGELU with its forward and "
                  "backward Triton kernels, bias gradient from partial sums), forward+backward of float32 (rows, "
                  "1024) tensors, against copy_ and the built-in F.gelu(x + bias)"),
+        "solution_sha256": solution_sha256(),
         "device": device,
         "device_name": device_name(device),
         "torch_version": torch.__version__,
@@ -153,10 +176,12 @@ def measure(device: str = "cuda", sizes=SIZES, tiles=TILES, check_elements: int 
         "python_version": platform.python_version(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "source": "python -m autograder.authoring.kernel_timings",
-        "method": ("autograder.student.kernels.time_bias_gelu: latency = one call between two synchronised clock "
-                   "reads (median of 20), throughput = 10 calls back to back (median of 3 blocks), with "
+        "method": ("autograder.student.kernel_records.time_bias_gelu: latency = one call between two synchronised "
+                   "clock reads (median of 20), throughput = 10 calls back to back (median of 3 blocks), with "
                    "torch.utils.benchmark.Timer; fraction_of_copy = (20 bytes per element / time) / copy_'s "
-                   "(8 bytes per element / time) at the same size"),
+                   "(8 bytes per element / time) at the same size. Variants ending ', CUDA graph': the same call "
+                   "captured once with torch.cuda.graph and replayed. do_bench_seconds: triton.testing.do_bench's "
+                   "median (CUDA events around each call, L2 flushed before it)"),
         "copy_bandwidth_gbps": copy["bytes"] / copy["latency_seconds"] / 1e9,
         "nominal_peak_bandwidth_gbps": nominal_peak_bandwidth_gbps(device),
         "aim_fraction_of_copy": AIM,
@@ -164,11 +189,30 @@ def measure(device: str = "cuda", sizes=SIZES, tiles=TILES, check_elements: int 
         "largest_elements": max(sizes),
         "tiles_at_largest": compared,
         "rows": sweep,
+        "compiled": _compiled(namespace, device, [n for n in compiled_sizes if n in sizes], clock) if on_gpu else [],
         "bias_gradient_reproducibility": _reproducibility(namespace, device, same_elements, runs),
         "max_abs_difference_from_torch": accuracy,
     }
     data["seconds_taken"] = round(time.monotonic() - started, 1)
     return data
+
+
+def _compiled(namespace: dict, device: str, sizes, clock: dict) -> list[dict]:
+    """The custom operator (Exercise 5) and the built-in under torch.compile(mode="reduce-overhead"), at ``sizes``:
+    their rows, or one row saying what failed (the record keeps a failure as what was measured)."""
+    import torch
+    import torch.nn.functional as F
+
+    from autograder.student.kernel_records import time_bias_gelu
+
+    operator = namespace["bias_gelu_op"]
+    try:
+        torch.compiler.reset()
+        return time_bias_gelu(torch.compile(lambda x, bias: operator(x, bias), mode="reduce-overhead"), list(sizes),
+                              device, name=OPERATOR, others=((BUILT_IN_COMPILED, torch.compile(
+                                  lambda x, bias: F.gelu(x + bias), mode="reduce-overhead")),), **clock)
+    except Exception as error:  # noqa: BLE001 - a compiler that fails here is a finding, not a reason to lose the rest
+        return [{"variant": OPERATOR, "error": f"{type(error).__name__}: {str(error)[:1000]}"}]
 
 
 def _gradient_difference(namespace: dict, device: str, elements: int) -> dict:
@@ -200,24 +244,17 @@ def _reproducibility(namespace: dict, device: str, elements: int, runs: int) -> 
 
 
 def summary(data: dict) -> list[str]:
-    """The record in a few lines: what got where, at 2^27 and over sizes."""
-    tile = lambda t: f"{t['BLOCK_ROWS']}x{t['BLOCK_COLUMNS']}, {t['num_warps']} warps"  # noqa: E731
-    lines = [f"{data['what']}",
-             f"{data['device_name']}, torch {data['torch_version']} (CUDA {data['cuda_version']}), triton "
-             f"{data['triton_version']}, {data['date']}; {data['seconds_taken']} s",
-             f"copy_ {data['copy_bandwidth_gbps']:.0f} GB/s; on paper "
-             + (f"{data['nominal_peak_bandwidth_gbps']:.0f} GB/s" if data["nominal_peak_bandwidth_gbps"] else "unknown"),
-             f"forward+backward of {data['largest_elements']:,} elements, share of copy_ (latency / throughput); "
-             f"aim {data['aim_fraction_of_copy']:.0%}:"]
-    for t in sorted(data["tiles_at_largest"], key=lambda t: -t["fraction_of_copy_latency"]):
-        lines.append(f"  forward {tile(t['forward_tile'])}; backward {tile(t['backward_tile'])}: "
-                     f"{t['latency_seconds'] * 1e6:.1f} us, {t['fraction_of_copy_latency']:.0%} / "
-                     f"{t['fraction_of_copy_throughput']:.0%}" + ("  <- the notebook's tiles" if t["shipped"] else ""))
-    lines.append("the notebook's tiles by size (latency, share of copy_):")
-    for row in data["rows"]:
-        lines.append(f"  {row['variant']:26} {row['elements']:>11,}: {row['latency_seconds'] * 1e6:8.1f} us "
-                     f"({row['fraction_of_copy_latency']:.0%}), throughput {row['throughput_seconds'] * 1e6:8.1f} us "
-                     f"({row['fraction_of_copy_throughput']:.0%})")
+    """The record in a few lines: what got where, at 2^27 and over sizes (``kernel_records``' lines)."""
+    from autograder.student.kernel_records import row_lines, tile_lines, timing_lines
+
+    shown = timing_lines(data)
+    lines = shown[:2] + [f"{data['seconds_taken']} s; CUDA {data['cuda_version']}; copy_ "
+                         f"{data['copy_bandwidth_gbps']:.0f} GB/s; on paper " + (
+                             f"{data['nominal_peak_bandwidth_gbps']:.0f} GB/s" if data["nominal_peak_bandwidth_gbps"]
+                             else "unknown") + f"; the aim: {data['aim_fraction_of_copy']:.0%} of copy_"]
+    lines += tile_lines(data) + ["the notebook's tiles by size:"] + shown[2:]
+    if data.get("compiled"):
+        lines += ['torch.compile(mode="reduce-overhead"):'] + row_lines(data["compiled"])
     same = data["bias_gradient_reproducibility"]
     lines.append(f"bias gradient, {same['runs']} runs on {same['elements']:,} elements: partial sums "
                  f"{same['partial sums']} different result(s), tl.atomic_add {same['tl.atomic_add']}")

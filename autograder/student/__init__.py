@@ -5,7 +5,7 @@
   ``check_forward`` checks forward alone, ``check_callable`` a function or an ``nn.Module`` class,
   ``check_built_on`` that one follows the Functions it is built on,
   ``check_saved`` what a Function keeps for backward, ``check_kernel`` a function that launches Triton
-  kernels (assignment 10);
+  kernels and ``check_custom_op`` a custom operator (``opcheck``, in course words; assignment 10);
 - ``graph``: ``draw_graph`` pictures the backward graph autograd records;
 - ``timing``: assignment 07's timing helpers, workloads and plots; ``records``: the recordings it reads;
 - ``kernels``: Triton's interpreter on a CPU, with every memory access of a kernel checked (assignment 10).
@@ -15,10 +15,10 @@ notebook needs neither the course's sources nor the grader.
 """
 
 from autograder.student.checker import (
-    check_built_on, check_callable, check_device, check_forward, check_function, check_kernel, check_saved, check_values,
+    check_built_on, check_callable, check_custom_op, check_device, check_forward, check_function, check_kernel, check_saved, check_values,
     check_with,
 )
 from autograder.student.graph import draw_graph
 
-__all__ = ["check_built_on", "check_callable", "check_device", "check_forward", "check_function", "check_kernel",
+__all__ = ["check_built_on", "check_callable", "check_custom_op", "check_device", "check_forward", "check_function", "check_kernel",
            "check_saved", "check_values", "check_with", "draw_graph"]

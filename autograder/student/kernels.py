@@ -13,8 +13,14 @@ written. And the masked lanes of a floating-point ``tl.load`` without ``other=``
 interpreter's 0: Triton promises nothing there, and a kernel that adds them up shows it. It wraps
 the four memory calls of Triton's interpreter (``load``, ``store``, ``atomic_rmw``, ``atomic_cas`` of
 ``triton.runtime.interpreter``), its copy of a launch's arguments (``GridExecutor._init_args_hst``) and
-its masked load (``InterpreterBuilder.create_masked_load``), the same in triton 3.6 and 3.7; compiled
-kernels on a GPU are untouched.
+its masked load (``InterpreterBuilder.create_masked_load``): private names, the same in triton 3.6.0,
+3.7.1 and 3.8.0 (each checked, tests/student/test_kernels.py). On a Triton whose interpreter is built
+otherwise it installs nothing and returns False; ``memory_guarded()`` says whether it is on, and
+``UNGUARDED`` is what the notebook and ``check_kernel`` then say. Compiled kernels on a GPU are untouched.
+
+``SOFTMAX_BACKWARD_MISTAKES`` and ``SOFTMAX_NAN`` are what 10's softmax test names (Exercise 4); the
+timing helpers and records of Exercise 6 live in ``autograder.student.kernel_records`` and are importable
+from here too.
 """
 
 from __future__ import annotations
@@ -41,23 +47,26 @@ def interpreted() -> bool:
     return not torch.cuda.is_available()
 
 
+# What the notebook and check_kernel say where kernels are interpreted but guard_memory() could not install.
+UNGUARDED = ("out-of-bounds loads and stores are NOT checked here: this Triton's interpreter is not built the way "
+             "the course's memory guard knows (triton 3.6 to 3.8), so a mask that is missing or off by one can "
+             "silently overwrite memory and crash the notebook later. Grading checks every access (triton 3.7.1).")
+
+
 def guard_memory() -> bool:
     """Check every memory access of interpreted kernels from now on (idempotent); False where nothing
     is interpreted (a GPU), Triton is missing, or its interpreter is not the one this was written for."""
     if os.environ.get(INTERPRETER_VARIABLE, "0").strip().lower() not in _TRUE:
         return False
-    try:
-        from triton.runtime import interpreter
-    except ImportError:
+    interpreter = _interpreter_module()
+    if interpreter is None:
         return False
     import numpy as np
 
-    memory = getattr(interpreter, "_interpreter", None)
-    if isinstance(memory, _CheckedMemory):
+    if memory_guarded():
         return True
-    if not all(hasattr(memory, name) for name in ("load", "store", "atomic_rmw", "atomic_cas")) or not hasattr(
-            getattr(interpreter, "GridExecutor", None), "_init_args_hst"):
-        return False  # a Triton whose interpreter is built otherwise (written for 3.6 and 3.7): unguarded
+    if _missing_internals(interpreter):
+        return False  # a Triton whose interpreter is built otherwise: unguarded, and the notebook says so
     interpreter._interpreter = _CheckedMemory(interpreter._interpreter)
     original_init, original_call = interpreter.GridExecutor._init_args_hst, interpreter.GridExecutor.__call__
 
@@ -89,6 +98,30 @@ def guard_memory() -> bool:
 
         builder.create_masked_load = create_masked_load
     return True
+
+
+def memory_guarded() -> bool:
+    """Whether ``guard_memory()`` is on in this process: every access of an interpreted kernel is checked."""
+    interpreter = _interpreter_module()
+    return interpreter is not None and isinstance(getattr(interpreter, "_interpreter", None), _CheckedMemory)
+
+
+def _interpreter_module():
+    """Triton's interpreter module, or None where Triton is not installed."""
+    try:
+        from triton.runtime import interpreter
+    except ImportError:
+        return None
+    return interpreter
+
+
+def _missing_internals(interpreter) -> list[str]:
+    """The private names of Triton's interpreter the guard wraps that this Triton lacks (none in 3.6.0 to 3.8.0)."""
+    memory = getattr(interpreter, "_interpreter", None)
+    missing = [f"_interpreter.{name}" for name in ("load", "store", "atomic_rmw", "atomic_cas")
+               if not hasattr(memory, name)]
+    return missing + [name for name in ("GridExecutor._init_args_hst", "GridExecutor.__call__")
+                      if not hasattr(getattr(interpreter, "GridExecutor", None), name.split(".")[1])]
 
 
 def _ranges(name: str, arg) -> list[tuple[str, int, int, int, int]]:
@@ -134,9 +167,21 @@ def _where(kernel: str, verb: str, address: int, count: int, ranges) -> str:
         return f"out of bounds: {kernel} {verb} memory, but it was given no tensor"
     name, start, end, numel, size = min(ranges, key=lambda r: abs(address - min(max(address, r[1]), r[2] - 1)))
     elements = f"{count} element{'s' if count > 1 else ''}"
+    index = (address - start) // size
     return (f"out of bounds: {kernel} {verb} {elements} outside the tensors it was given, the first at element "
-            f"{(address - start) // size:,} of `{name}` ({numel:,} elements). Is a mask missing, or off by one "
-            f"(offsets <= n instead of offsets < n)?")
+            f"{index:,} of `{name}` ({numel:,} elements). {_likely_cause(index, numel)}")
+
+
+def _likely_cause(index: int, numel: int) -> str:
+    """What reaches element ``index`` of a tensor of ``numel`` elements: a mask (just past the end) or offsets."""
+    if index < 0:
+        return "That is before its first element: an offset is negative (a block or row that starts too early?)"
+    if index == numel:
+        return ("That is just past its end: is a mask missing, or off by one (offsets <= n instead of offsets < n)? "
+                "Or do the offsets step too far from one row to the next (the row stride)?")
+    return (f"That is {index - numel:,} elements past its end, with a gap: not a mask that is off by one, but offsets "
+            f"that step too far: a row stride that is not the tensor's (row r starts r * n_columns elements in), "
+            f"or a block that starts at the wrong place")
 
 
 def _itemsize(dtype) -> int:
@@ -172,97 +217,40 @@ class _CheckedMemory:
 
 
 # --------------------------------------------------------------------------------------------
-# Timing on a GPU (assignment 10, Exercise 6) and the reference records shipped with the course
-
-# A record of the course's solution kernels, written by ``python -m autograder.authoring.kernel_timings``
-# on a GPU; until one is shipped, the notebook shows the H200 measurement of a hand-written pair.
-SOLUTION_RECORD = "kernels_cuda.json"
-EVIDENCE_RECORD = "kernels_h200_hand_written_pair.json"
+# What assignment 10's softmax test names (Exercise 4): the typical wrong backwards, and NaN from masked lanes
 
 
-def time_bias_gelu(function, sizes, device="cuda", name: str = "your BiasGELU", repeats: int = 20,
-                   calls: int = 10, blocks: int = 3) -> list[dict]:
-    """Forward+backward of ``function(x, bias)`` (float32, rows of 1024) against the built-in F.gelu(x + bias),
-    and ``copy_`` (forward), at each size: one row per variant and size.
-
-    With 07's helpers (``autograder.student.timing``): the same workloads, calls and byte counts, and
-    ``throughput_seconds`` both ways: ``latency_seconds`` is one call between two synchronised clock reads
-    (median of ``repeats``), ``throughput_seconds`` ``calls`` calls back to back. ``fraction_of_copy_*``
-    divides the achieved bandwidth (model bytes / time) by copy_'s at the same size. Torch's deterministic
-    mode is off meanwhile (its NaN fill of new tensors would be timed too).
-    """
+def _softmax_y(x):
     import torch
 
-    from autograder.student import timing
-
-    synchronize = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
-    variants = [timing.variant(timing.COPY), timing.variant("built-in F.gelu(x + bias)"),
-                timing.Variant("bias_gelu", name, function)]
-    deterministic = torch.are_deterministic_algorithms_enabled()
-    torch.use_deterministic_algorithms(False)
-    rows = []
-    try:
-        for elements in sizes:
-            x, bias, grad_output = timing.workload_tensors(elements, device)
-            measured = []
-            for variant in variants:
-                pass_ = "forward" if variant.workload == "copy" else "forward+backward"
-                call = timing.timed_call(variant, x, bias, grad_output, pass_)
-                call()  # compiles the kernels for this size before any clock starts
-                synchronize()
-                measured.append({"variant": variant.name, "pass": pass_, "elements": elements,
-                                 "bytes": timing.model_bytes(variant, x, bias, pass_),
-                                 "latency_seconds": timing.throughput_seconds(call, synchronize, 1, repeats),
-                                 "throughput_seconds": timing.throughput_seconds(call, synchronize, calls, blocks)})
-            copy = measured[0]
-            for row in measured:
-                for kind in ("latency", "throughput"):
-                    row[f"fraction_of_copy_{kind}"] = (row["bytes"] / row[f"{kind}_seconds"]) / (
-                        copy["bytes"] / copy[f"{kind}_seconds"])
-            rows += measured
-            del x, bias, grad_output
-    finally:
-        torch.use_deterministic_algorithms(deterministic)
-    return rows
+    return torch.softmax(x, dim=-1)
 
 
-def reference_timings(folder=None) -> dict:
-    """The record Exercise 6 shows without a GPU: the solution kernels' if one is shipped, else the hand-written
-    pair measured on an H200 (each says what was measured, on what, by which code)."""
-    import json
-    from pathlib import Path
-
-    from autograder.student.timing import DATA_DIR
-
-    folder = Path(folder or DATA_DIR)
-    path = folder / SOLUTION_RECORD if (folder / SOLUTION_RECORD).is_file() else folder / EVIDENCE_RECORD
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
-def plot_kernel_share(ax, record: dict, aim: float = 0.85) -> None:
-    """The share of copy_'s bandwidth that a record's Triton kernels reach, by size (latency where it has both)."""
-    rows = [r for r in record["rows"] if r["variant"] == record["kernels_variant"]]
-    ax.semilogx([r["elements"] for r in rows], [r.get("fraction_of_copy", r.get("fraction_of_copy_latency")) for r in rows],
-                marker="o", label=record["kernels_variant"])
-    ax.axhline(aim, color="gray", ls=":", label=f"the solution's aim: {aim:.0%} of copy_")
-    ax.set(xlabel="elements (float32)", ylabel="share of copy_'s bandwidth", ylim=(0, 1.05),
-           title=f"forward+backward on {record['device_name']} (recorded)")
-    ax.legend(fontsize=8)
+SOFTMAX_BACKWARD_MISTAKES = {  # explain_known_mistakes's table: description -> the gradient that mistake gives
+    "it keeps only the diagonal of the Jacobian (y * grad_output): the sum over the row is missing. Every y_i "
+    "depends on every x_j of its row, so the VJP has a term -y_j * sum_i(grad_output_i * y_i)":
+        lambda x, g: {"x": _softmax_y(x) * g},
+    "the sum of grad_output * y runs over the whole tensor, not over each row: one program's tl.sum covers its row":
+        lambda x, g: {"x": _softmax_y(x) * (g - (g * _softmax_y(x)).sum())},
+    "its sign is flipped: the VJP is y * (grad_output - sum), not y * (sum - grad_output)":
+        lambda x, g: {"x": -_softmax_y(x) * (g - (g * _softmax_y(x)).sum(-1, keepdim=True))},
+}
+SOFTMAX_NAN = (  # explain_non_finite's situation, forward's advice and backward's, for rows of 10 (16 lanes)
+    "on rows of 10 columns (blocks of 16 lanes, the last 6 masked)",
+    "In forward, the masked lanes must load -inf (other=-float('inf')): they then never win the maximum, and "
+    "exp(-inf) = 0 adds nothing to the sum.",
+    "NaN where torch's gradient is finite most likely comes from the masked lanes: a tl.load with a mask and no "
+    "other= holds NaN there in this notebook (and anything at all on a GPU), and tl.sum adds it in. Load y and "
+    "grad_output with other=0.0, so that the lanes past the row's end add nothing to the row's sum. (Or some "
+    "element of grad_x was never written: new tensors hold NaN here.)",
+)
 
 
-def timing_lines(record: dict) -> list[str]:
-    """A record's provenance and its forward+backward rows, as lines to print."""
-    lines = [f"{record['what']}", f"measured on {record['device_name']} with torch {record['torch_version']}, "
-             f"triton {record['triton_version']}, {record['date'][:10]} ({record['source']})"]
-    for row in record["rows"]:
-        if "latency_seconds" in row:
-            lines.append(f"  {row['variant']:28} {row['elements']:>11,} elements: latency {row['latency_seconds'] * 1e6:8.1f} us "
-                         f"({row['fraction_of_copy_latency']:4.0%} of copy_), throughput "
-                         f"{row['throughput_seconds'] * 1e6:8.1f} us ({row['fraction_of_copy_throughput']:4.0%})")
-        else:
-            lines.append(f"  {row['variant']:28} {row['elements']:>11,} elements: {row['seconds'] * 1e6:8.1f} us "
-                         f"({row['fraction_of_copy']:4.0%} of copy_)")
-    return lines
+# The timing helpers of Exercise 6 and the shipped records (moved to their own module; importable from here too).
+from autograder.student.kernel_records import (  # noqa: E402
+    EVIDENCE_RECORD, SOLUTION_RECORD, graphed, plot_kernel_share, reference_timings, tile_lines, time_bias_gelu,
+    timing_lines,
+)
 
 
 # --------------------------------------------------------------------------------------------
@@ -328,7 +316,7 @@ def watch_launches():
     interpreter's launch (``GridExecutor.__call__``), its ``tl.dot``, store and atomics
     (``InterpreterBuilder.create_dot``, ``create_masked_store``, ``create_atomic_rmw``, ``create_atomic_cas``) and
     reads the running program's index (``interpreter_builder.grid_idx``), the same in triton 3.6 and 3.7."""
-    interpreter = _interpreter_module()
+    interpreter = _interpreting_module()
     builder = getattr(interpreter, "InterpreterBuilder", None)
     names = ("create_dot", "create_masked_store", "create_atomic_rmw", "create_atomic_cas")
     if not (all(hasattr(builder, n) for n in names) and hasattr(getattr(interpreter, "GridExecutor", None), "__call__")
@@ -391,7 +379,7 @@ def _span(name: str, tensor) -> tuple[str, int, int, int]:
     return name, tensor.data_ptr(), tensor.data_ptr() + (last + 1) * size, size
 
 
-def _interpreter_module():
+def _interpreting_module():
     """Triton's interpreter module, where kernels run in it (TRITON_INTERPRET set); else None."""
     if os.environ.get(INTERPRETER_VARIABLE, "0").strip().lower() not in _TRUE:
         return None

@@ -132,3 +132,110 @@ def test_gelu_is_half_h_times_one_plus_erf_and_its_derivative_cdf_plus_h_pdf():
     h = h.detach()
     cdf, pdf = 0.5 * (1 + torch.erf(h * 0.7071067811865476)), 0.3989422804014327 * torch.exp(-0.5 * h * h)
     assert torch.allclose(derivative, cdf + h * pdf)
+
+
+# --------------------------------------------------------------------------------------------
+# Precision and sizes (Section 2's "Precision, and sizes past 2^31"), and what needs a GPU (Exercise 6)
+
+
+@triton.jit
+def _erf_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr, CONVERT: tl.constexpr):
+    offsets = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offsets, mask=offsets < n)
+    if CONVERT:
+        x = x.to(tl.float32)
+    tl.store(y_ptr + offsets, tl.math.erf(x).to(y_ptr.dtype.element_ty), mask=offsets < n)
+
+
+@triton.jit
+def _twice_kernel(x_ptr, y_ptr, CONVERT: tl.constexpr, BLOCK: tl.constexpr):
+    offsets = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offsets)
+    if CONVERT:
+        x = x.to(tl.float32)
+    tl.store(y_ptr + offsets, (x + x).to(y_ptr.dtype.element_ty))
+
+
+@triton.jit
+def _add_into_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    offsets = tl.arange(0, BLOCK)
+    tl.atomic_add(out_ptr + offsets, tl.load(x_ptr + offsets))
+
+
+@triton.jit
+def _row_start_kernel(row_ptr, start_ptr, n_columns, WIDE: tl.constexpr):
+    row = tl.load(row_ptr)
+    if WIDE:
+        row = row.to(tl.int64)
+    tl.store(start_ptr, row * n_columns)
+
+
+def test_erf_refuses_float16_and_a_kernel_that_converts_to_float32_gives_float16_within_one_rounding():
+    x = torch.randn(8, dtype=torch.float16)
+    y = torch.empty_like(x)
+    with pytest.raises(Exception, match=r"Expected dtype \['fp32', 'fp64'\] but got fp16"):
+        _erf_kernel[(1,)](x, y, 8, BLOCK=8, CONVERT=False)
+    _erf_kernel[(1,)](x, y, 8, BLOCK=8, CONVERT=True)
+    assert y.dtype == torch.float16 and (y.float() - torch.erf(x.float())).abs().max() < 1e-3
+
+
+def test_the_interpreter_adds_bfloat16_bits_as_integers_refuses_bfloat16_atomics_and_converts_them_right():
+    x = torch.tensor([1.0, 2.0, 3.0, -0.5], dtype=torch.bfloat16)
+    y = torch.empty_like(x)
+    _twice_kernel[(1,)](x, y, CONVERT=False, BLOCK=4)
+    assert y.tolist() != [2.0, 4.0, 6.0, -1.0] and max(abs(v) for v in y.tolist()) > 1e30  # nothing like 2x
+    _twice_kernel[(1,)](x, y, CONVERT=True, BLOCK=4)
+    assert y.tolist() == [2.0, 4.0, 6.0, -1.0]
+    with pytest.raises(Exception, match="Unsupported data type"):
+        _add_into_kernel[(1,)](x, torch.zeros(4, dtype=torch.bfloat16), BLOCK=4)
+    total = torch.zeros(4, dtype=torch.float16)  # float16 atomics work here
+    _add_into_kernel[(1,)](x.to(torch.float16), total, BLOCK=4)
+    assert total.tolist() == [1.0, 2.0, 3.0, -0.5]
+
+
+def test_an_int32_offset_past_2_to_the_31_wraps_around_and_an_int64_one_does_not():
+    row = torch.tensor([3_000_000], dtype=torch.int32)
+    starts = []
+    for wide in (False, True):
+        start = torch.zeros(1, dtype=torch.int64)
+        _row_start_kernel[(1,)](row, start, 1024, WIDE=wide)
+        starts.append(start.item())
+    assert starts == [3_000_000 * 1024 - 2 ** 32, 3_000_000 * 1024]
+
+
+def test_autotune_over_several_configs_and_do_bench_need_a_gpu_driver_the_interpreter_has_not():
+    autotuned = triton.autotune(configs=[triton.Config({"BLOCK": 64}), triton.Config({"BLOCK": 128})],
+                                key=["n"])(_add_kernel)
+    x = torch.randn(300)
+    with pytest.raises(RuntimeError, match="0 active drivers"):
+        autotuned[lambda meta: (triton.cdiv(300, meta["BLOCK"]),)](x, torch.empty_like(x), 300)
+    with pytest.raises(RuntimeError, match="0 active drivers"):
+        triton.testing.do_bench(lambda: x + 1)
+
+
+def test_empty_like_copies_a_transposed_inputs_strides_and_new_empty_of_its_shape_is_contiguous():
+    x = torch.randn(7, 5).t()
+    assert x.stride() == (1, 5) and torch.empty_like(x).stride() == (1, 5)
+    assert x.new_empty(x.shape).stride() == (7, 1) and torch.empty_like(x.contiguous()).stride() == (7, 1)
+
+
+def test_opchecks_fake_tensor_test_names_the_real_outputs_strides_first_then_the_fakes():
+    @torch.library.custom_op("course_facts::copy_contiguous", mutates_args=())
+    def copy_contiguous(x: torch.Tensor) -> torch.Tensor:
+        return x.contiguous().clone()
+
+    @copy_contiguous.register_fake
+    def _(x):
+        return torch.empty_like(x)  # dishonest for a transposed x
+
+    with pytest.raises(Exception) as caught:
+        torch.library.opcheck(copy_contiguous, (torch.randn(7, 5).t(),))
+    assert "test_faketensor failed" in str(caught.value) and "(scroll up for stack trace)" in str(caught.value)
+    assert "Stride mismatch! Strides are (7, 1) and (1, 5)" in str(caught.value.__cause__)
+    torch.library.opcheck(copy_contiguous, (torch.randn(5, 7),))  # contiguous: the same strides, nothing seen
+
+
+def test_do_bench_returns_the_mean_unless_asked_for_the_median():
+    import inspect
+
+    assert inspect.signature(triton.testing.do_bench).parameters["return_mode"].default == "mean"

@@ -406,9 +406,9 @@ def test_a_fragment_that_is_mostly_wildcard_hands_over_nothing_and_one_that_is_m
     solutions, shipped = _notebooks("10_triton_kernels")
     named = _hint("Load with `mask=...` and `other=0.0`, and reduce with `tl.sum(..., axis=0)`.")
     assert code_shipped(solutions, _with(shipped, "exercise-4", new=named)) == []
-    store = "`tl.store(y_ptr + offsets, 0.5 * h * (1 + tl.math.erf(h * 0.7071067811865476)), mask=...)`"
+    store = "`tl.store(grad_x_ptr + offsets, grad_h.to(grad_x_ptr.dtype.element_ty), mask=...)`"
     assert code_shipped(solutions, _with(shipped, "exercise-4", new=_hint(store))) == [
-        f"exercise-4: {store} is the solution's `tl.store(y_ptr+offsets,0.5*h*(1+tl.math.erf(h*0.7071067811865476)),"
+        f"exercise-4: {store} is the solution's `tl.store(grad_x_ptr+offsets,grad_h.to(grad_x_ptr.dtype.element_ty),"
         "mask=inside)`"]
 
 

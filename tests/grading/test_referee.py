@@ -492,27 +492,60 @@ def test_grade_counts_the_points_decided_in_the_students_process():
 KERNELS = NOTEBOOK.parents[2] / "solutions" / "10_triton_kernels" / "10_triton_kernels.ipynb"
 
 
+GRID_ROUNDED_DOWN = ("bias_gelu_forward", "test_bias_gelu_forward", 'triton.cdiv(n_columns, meta["BLOCK_COLUMNS"])',
+                     'n_columns // meta["BLOCK_COLUMNS"]', "never written in the last 76 columns (of 1,100), and right "
+                                                           "everywhere else: the grid stops short of the end")
+NOT_CONTIGUOUS = ("bias_gelu_backward", "test_bias_gelu_backward", "x, grad_output = x.contiguous(), grad_output.contiguous()",
+                  "x = x.contiguous()", "when `grad_output` is not contiguous")
+OFF_BY_ONE = ("bias_gelu_forward", "test_bias_gelu_forward", "inside = (rows[:, None] < n_rows)",
+              "inside = (rows[:, None] <= n_rows)", "out of bounds")
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("right, wrong, says", [
-    ('triton.cdiv(n_columns, meta["BLOCK_COLUMNS"])', 'n_columns // meta["BLOCK_COLUMNS"]', "NaN everywhere: no program wrote it"),
-    ("inside = (rows[:, None] < n_rows)", "inside = (rows[:, None] <= n_rows)", "out of bounds"),
-])
-def test_a_wrong_kernel_is_named_by_the_examinee_which_runs_10s_setup_cells(right, wrong, says, tmp_path):
+@pytest.mark.parametrize("mistakes", [(GRID_ROUNDED_DOWN, NOT_CONTIGUOUS), (OFF_BY_ONE,)], ids=["grid+layout", "mask"])
+def test_a_wrong_kernel_is_named_by_the_examinee_which_runs_10s_setup_cells(mistakes, tmp_path):
     """10's answers need its given cells tagged `setup` run whole (triton imported inside `try`, the memory guard,
     deterministic mode): the examinee does, so a wrong kernel that only the hidden tests meet (the notebook's own
-    process runs no visible check here) is named by the checks the examinee answers."""
+    process runs no visible check here) is named by the checks the examinee answers: check_kernel's runs on the
+    arguments, on non-contiguous copies and on one row (``checker.kernels.kernel_runs``) travel as data."""
     notebook = json.loads(KERNELS.read_text())
-    for cell in notebook["cells"]:
-        meta = cell["metadata"].get("nbgrader", {})
-        if meta.get("grade_id") == "bias_gelu_forward":
-            cell["source"] = "".join(cell["source"]).replace(right, wrong)
-        elif meta.get("grade_id") == "test_bias_gelu_forward":  # its visible part left out of the student's run
-            cell["source"] = "".join("".join(cell["source"]).partition(referee.HIDDEN_BEGIN)[1:])
+    for answer_id, test_id, right, wrong, _ in mistakes:
+        for cell in notebook["cells"]:
+            meta = cell["metadata"].get("nbgrader", {})
+            if meta.get("grade_id") == answer_id:
+                assert right in "".join(cell["source"])
+                cell["source"] = "".join(cell["source"]).replace(right, wrong)
+            elif meta.get("grade_id") == test_id:  # its visible part left out of the student's run
+                cell["source"] = "".join("".join(cell["source"]).partition(referee.HIDDEN_BEGIN)[1:])
     cells = cells_to_run(notebook)
     result = execute(cells, str(tmp_path), Limits(cell_timeout=60), {}, referee.trusted_cells(json.loads(KERNELS.read_text())))
-    errors = _errors(result, cells, "test_bias_gelu_forward")
-    assert len(errors) == 1 and says in errors[0] and "found by the grader's own check" in errors[0], errors
-    assert _errors(result, cells, "test_bias_gelu_backward") == []
+    for _, test_id, _, _, says in mistakes:
+        errors = _errors(result, cells, test_id)
+        assert len(errors) == 1 and says in errors[0] and "found by the grader's own check" in errors[0], errors
+    assert _errors(result, cells, "test_triton_softmax") == []  # the kernels that are right still pass
+
+
+READS_AS_IF_CONTIGUOUS = """
+import torch
+
+def doubled(x):  # reads memory as if x were contiguous, as a kernel without x.contiguous() does
+    return 2 * torch.as_strided(x, x.shape, (x.shape[-1], 1))
+"""
+
+
+@pytest.mark.parametrize("strided, says", [
+    (True, "doubled is right on contiguous tensors, but gives wrong values when `x` is not contiguous"),
+    (False, None),
+])
+def test_check_kernel_in_grading_asks_the_students_process_for_its_runs_and_names_a_layout_mistake(strided, says):
+    cells = [{"kind": "given", "grade_id": None, "source": "import torch\nfrom autograder import check_kernel"},
+             {"kind": "test", "grade_id": "t", "source": "check_kernel(doubled, lambda x: 2 * x, torch.randn(4, 5), "
+                                                          f"strided={strided})"}]
+    namespace, log = {}, []
+    exec(READS_AS_IF_CONTIGUOUS, namespace)
+    judged, failure = referee.Referee(cells, ["doubled"], _asker(namespace, log)).judge_cell("t")
+    assert judged == 1 and (failure is None if says is None else failure.startswith(says)), failure
+    assert sorted(log[0]["runs"]) == (["given", "one row", "strided"] if strided else ["given", "one row"])
 
 
 HARNESS = """

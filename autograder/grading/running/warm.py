@@ -60,7 +60,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from traitlets.config import Config
 
 from autograder import (  # noqa: F401  (the checker, as the notebooks import it)
-    check_built_on, check_callable, check_forward, check_function, check_kernel, check_saved, check_values, check_with, draw_graph,
+    check_built_on, check_callable, check_custom_op, check_forward, check_function, check_kernel, check_saved, check_values, check_with, draw_graph,
 )
 import autograder.student.checker.messages  # noqa: F401  (NOT_DONE, for an exercise left as released)
 import autograder.grading.running.kernel

@@ -33,6 +33,7 @@ The modules, from the bottom up (each imports only those before it):
 - ``harness``: ``check_values`` and ``check_with`` (plain results: a function of numbers, a training loop);
 - ``devices``: ``check_device`` (where a Function makes its tensors, checked on meta tensors);
 - ``kernels``: ``check_kernel`` (a function that launches Triton kernels; a wrong result explained);
+- ``operators``: ``check_custom_op`` (``torch.library.opcheck`` on a custom operator, its failures explained);
 - ``transforms``, ``named``: what the options and the referee share.
 """
 
@@ -47,6 +48,7 @@ from autograder.student.checker.optional import (
 )
 from autograder.student.checker.harness import check_values, check_with
 from autograder.student.checker.kernels import check_kernel
+from autograder.student.checker.operators import check_custom_op
 from autograder.student.checker.saved import check_saved
 from autograder.student.checker.references import ATOL, RTOL, _Inputs, _Report, _StudentError, _tolerances
 
@@ -135,5 +137,5 @@ def _start(function, args, inplace, constants, autograd_in_backward) -> tuple[_R
             _describe_inputs(function, args, inplace, constants, autograd_in_backward))
 
 
-__all__ = ["check_built_on", "check_callable", "check_device", "check_forward", "check_function", "check_kernel", "check_saved",
+__all__ = ["check_built_on", "check_callable", "check_custom_op", "check_device", "check_forward", "check_function", "check_kernel", "check_saved",
            "check_values", "check_with"]

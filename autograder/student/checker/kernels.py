@@ -3,18 +3,25 @@ and when it does not, what the kernel most likely got wrong.
 
 The function is called on copies of the arguments with torch's deterministic mode on, whose
 ``fill_uninitialized_memory`` fills every new tensor with NaN (``torch.empty_like`` included): an
-element no program writes then shows as NaN, not as whatever the memory held. A wrong result is
-explained (``kernel_problem``) by where it is wrong: only the last rows or columns (a grid that
-stops short of the end: the tail), NaN (never written), a bias gradient of the wrong length or
-summed along the wrong axis of the tile, or holding one block's sum only (programs that overwrote
-each other instead of adding). An access out of bounds is an error raised by the kernel itself,
-under the interpreter's memory guard (``autograder.student.kernels``). In grading the referee asks
-the student's process for the results as data (``check_values``'s question) and explains them here.
+element no program writes then shows as NaN, not as whatever the memory held. It is called three
+ways (``kernel_runs``): on the arguments as given; on copies whose matrices are not contiguous (a
+slice of a wider tensor: rows further apart in memory than a row is long), since a kernel that
+assumes contiguous rows reads the wrong elements of such a tensor and autograd hands backward
+gradients of any layout; and on the first row alone, which shows a kernel that is right on one row
+and wrong on the next (its row stride, or where its blocks start). A wrong result is explained
+(``kernel_verdict``) by where it is wrong: only the last rows or columns (a grid that stops short of
+the end, or blocks that overlap and leave the end to no program), NaN (never written), a bias
+gradient of the wrong length or summed along the wrong axis of the tile, or holding one block's sum
+only (programs that overwrote each other instead of adding). An access out of bounds is an error
+raised by the kernel itself, under the interpreter's memory guard (``autograder.student.kernels``).
+In grading the examinee makes the same runs (``kernel_runs``) and the referee explains them here.
 """
 
 from __future__ import annotations
 
 import contextlib
+import inspect
+import re
 
 import torch
 
@@ -22,28 +29,67 @@ from autograder.student.checker.harness import _copies, as_data, same_data, shor
 from autograder.student.checker.references import _Tensor
 
 TILE_SIDES = tuple(2 ** k for k in range(11))  # square tiles a kernel may use: 1 ... 1024
+PADDING = 3  # the extra elements per row of check_kernel's non-contiguous copies
+ONE_ROW, STRIDED = "one row", "strided"
 
 
-def check_kernel(function, reference, *args, rtol: float = 1e-5, atol: float = 1e-5) -> None:
+def check_kernel(function, reference, *args, rtol: float = 1e-5, atol: float = 1e-5, strided: bool = True) -> None:
     """Check that ``function(*args)`` (which launches kernels) gives what ``reference(*args)`` gives.
 
     Results are tensors, or tuples of them; tensors are compared within ``rtol`` and ``atol``
-    (float32 kernels round differently from torch). Raises AssertionError saying what is wrong and,
-    where the pattern shows it, which mistake: a forgotten tail, elements never written, a sum
-    over the wrong axis, one block's partial sum where all of them should be added.
+    (float32 kernels round differently from torch). The function is also run on non-contiguous copies
+    of its matrix arguments (unless ``strided=False``: a function meant for contiguous tensors only) and
+    on their first row alone (``kernel_runs``). Raises AssertionError saying
+    what is wrong and, where the pattern shows it, which mistake: a forgotten tail, blocks that start in
+    the wrong place, elements never written, a wrong row stride, a matrix assumed contiguous, a sum over
+    the wrong axis, one block's partial sum where all of them should be added.
     """
     name = getattr(function, "__name__", "your function")
-    try:
-        with fresh_memory_is_nan():
-            got = as_data(function(*_copies(args)))
-    except Exception as error:  # a Triton error the course can explain becomes its explanation
-        if _error_hint(str(error)) is None:
-            raise
-        raise AssertionError(kernel_problem(name, None, None, error=f"{type(error).__name__}: {error}")) from error
-    want = as_data(reference(*_copies(args)))
-    problem = kernel_problem(name, got, want, rtol, atol)
+    with fresh_memory_is_nan():
+        runs = kernel_runs(function, args, strided)
+    problem = kernel_verdict(name, runs, reference, args, rtol, atol)
+    error = runs["given"].get("error")
+    if problem is None and isinstance(error, BaseException):
+        raise error  # not a mistake the course can name: the student's own error, with its traceback
+    unguarded = _unguarded()
     if problem:
-        raise AssertionError(problem)
+        raise AssertionError(problem + (f"\n(Note: {unguarded})" if unguarded else "")) from None
+    if unguarded:
+        print(f"check_kernel: {name} passes, but {unguarded}")
+
+
+def kernel_runs(function, args, strided: bool = True) -> dict:
+    """What ``check_kernel`` judges, run where ``function`` lives (the notebook, or the grader's examinee): its
+    outcome (``{"result": ...}`` or ``{"error": exception}``) on copies of ``args`` ("given"); with ``strided``,
+    on copies whose matrices are not contiguous ("strided"; and "strided k" for matrix k alone where that
+    differs from "given"); and on their first row alone ("one row", where the first matrix has several rows)."""
+    runs = {"given": _outcome(function, _copies(args))}
+    matrices = [i for i, a in enumerate(args) if isinstance(a, _Tensor) and a.dim() >= 2 and a.numel() > 1]
+    if strided and matrices and "result" in runs["given"]:
+        runs[STRIDED] = _outcome(function, not_contiguous(args, matrices))
+        if len(matrices) > 1 and not _same_outcome(runs[STRIDED], runs["given"]):
+            runs.update({f"{STRIDED} {i}": _outcome(function, not_contiguous(args, [i])) for i in matrices})
+    row = one_row(args)
+    if row is not None:
+        runs[ONE_ROW] = _outcome(function, row)
+    return runs
+
+
+def kernel_verdict(name: str, runs: dict, reference, args, rtol: float = 1e-5, atol: float = 1e-5) -> str | None:
+    """What is wrong with ``runs`` (``kernel_runs``'s, errors as exceptions or as their text) against
+    ``reference`` on ``args``, in a kernel's terms; None if right, or if the function raised an error the
+    course cannot explain (``check_kernel`` then shows that error itself)."""
+    want = as_data(reference(*_copies(args)))
+    given = runs["given"]
+    right_on_one_row = _right_on_one_row(runs.get(ONE_ROW), reference, args, rtol, atol)
+    if "error" in given:
+        text = error_text(given["error"])
+        if right_on_one_row:
+            return _row_step(name, args, _fails(text))
+        return kernel_problem(name, None, want, rtol, atol, error=text) if _error_hint(text) is not None else None
+    problem = kernel_problem(name, given.get("result"), want, rtol, atol, right_on_one_row=right_on_one_row,
+                             args=args)
+    return problem or _layout_problem(name, runs, want, reference, args, rtol, atol)
 
 
 @contextlib.contextmanager
@@ -60,12 +106,14 @@ def fresh_memory_is_nan():
         torch.utils.deterministic.fill_uninitialized_memory = fill
 
 
-def kernel_problem(name: str, got, want, rtol: float = 1e-5, atol: float = 1e-5, error: str | None = None) -> str | None:
+def kernel_problem(name: str, got, want, rtol: float = 1e-5, atol: float = 1e-5, error: str | None = None,
+                   right_on_one_row: bool = False, args=()) -> str | None:
     """What is wrong with the results ``got`` of ``name`` against ``want``, in a kernel's terms; None if they
-    agree. With ``error`` (what ``name`` raised instead), that error, explained where the course can."""
+    agree. With ``error`` (what ``name`` raised instead), that error, explained where the course can.
+    ``right_on_one_row``: ``name`` gives the right results on the first row of ``args`` alone."""
     if error is not None:
         hint = _error_hint(error)
-        return f"{name} failed ({error[:300]})" + (f": {hint}" if hint else "")
+        return f"{name} failed ({_clipped(error, 1000)})" + (f": {hint}" if hint else "")
     if same_data(got, want, rtol, atol):
         return None
     many = isinstance(want, (list, tuple))
@@ -87,7 +135,10 @@ def kernel_problem(name: str, got, want, rtol: float = 1e-5, atol: float = 1e-5,
             return f"{what} is {g.dtype}, expected {w.dtype} (the input's dtype: make new tensors like the input)"
         wrong = ~torch.isclose(g, w, rtol=rtol, atol=atol, equal_nan=True)
         if wrong.any():
-            return _value_problem(what, g, w, wrong, wants, k, rtol, atol)
+            found = _value_problem(what, g, w, wrong, wants, k, rtol, atol)
+            if found is None:
+                return _row_step(name, args, "is wrong") if right_on_one_row else _anywhere(what, g, w, wrong)
+            return found
     return None
 
 
@@ -95,9 +146,13 @@ def _error_hint(error: str) -> str | None:
     """What a Triton error most likely means in these kernels ("" when it says so itself), or None."""
     if "OutOfBounds" in error:
         return ""  # the memory guard's message names the kernel, the tensor and the element
-    if "make_shape_compatible" in error or "incompatible dimensions" in error:
-        return ("two blocks of different shapes meet (a store, or arithmetic). A sum over the wrong axis does that: "
-                "tl.sum(tile, axis=1) gives one value per row of the tile, where the columns need one each (axis=0)")
+    if any(words in error for words in ("make_shape_compatible", "incompatible dimensions", "Cannot broadcast")):
+        return ("two blocks of different shapes meet (a store, a mask, or arithmetic). A sum over the wrong axis "
+                "does that: tl.sum(tile, axis=1) gives one value per row of the tile, where the columns need one each "
+                "(axis=0)")
+    if "Expected dtype ['fp32', 'fp64']" in error:
+        return ("tl.math.erf and tl.exp take float32 or float64 only. Load in the input's dtype, convert to float32 "
+                "(x.to(tl.float32)) and compute in float32; store converts back to the output's dtype")
     return None
 
 
@@ -110,24 +165,40 @@ def _shape_problem(what: str, got, want, wants) -> str:
     return said
 
 
-def _value_problem(what: str, got, want, wrong, wants, k: int, rtol: float, atol: float) -> str:
+def _value_problem(what: str, got, want, wrong, wants, k: int, rtol: float, atol: float) -> str | None:
+    """A wrong result's pattern, named (the tail, the bias gradient's reductions, nothing written); None if none."""
     unwritten = torch.isnan(got) & ~torch.isnan(want)
-    tail = _tail(wrong)
-    if tail:
+    tails = _tails(wrong)
+    if tails:
         never = bool(unwritten[wrong].all())
-        return (f"{what} is {'never written' if never else 'wrong'} in {tail}, and right everywhere else: the grid "
-                f"stops short of the end. Launch triton.cdiv(n, BLOCK) programs along each axis (rounding up), "
-                f"and mask the last, partial block" + (" (new tensors hold NaN here, so NaN means never written)"
-                                                        if never else ""))
+        where = " and ".join(f"the last {size - start:,} {axis} (of {size:,})" for axis, start, size in tails)
+        said = f"{what} is {'never written' if never else 'wrong'} in {where}, and right everywhere else"
+        nan = " (new tensors hold NaN here, so NaN means never written)" if never else ""
+        overlapping = [(axis, start) for axis, start, size in tails if not _grid_stops_there(start, size)]
+        if overlapping:
+            axis, start = overlapping[0]
+            block, program = {"rows": ("BLOCK_ROWS", 0), "columns": ("BLOCK_COLUMNS", 1)}.get(axis, ("BLOCK", 0))
+            return (f"{said}{nan}. That is not a grid that stops short (it leaves less than one block, from a multiple "
+                    f"of the block size on; {start:,} is neither): the blocks overlap, so no program reaches the end. "
+                    f"Program i's {axis} start at i * {block} (tl.program_id({program}) * {block}), each block right "
+                    f"after the last")
+        return (f"{said}: the grid stops short of the end{nan}. Launch triton.cdiv(n, BLOCK) programs along each "
+                f"axis (rounding up), and mask the last, partial block")
     if _a_gradient_and_its_column_sums(wants) and k == 1:
         explained = _bias_gradient_problem(what, got, wants[0].reshape(-1, wants[1].numel()), rtol, atol)
         if explained:
             return explained
-    first = tuple(int(i) for i in wrong.nonzero()[0])
     if bool(unwritten.all()) and got.numel():
         return (f"{what} is NaN everywhere: no program wrote it (new tensors hold NaN here). Is the grid empty "
                 f"(n // BLOCK is 0 when n < BLOCK: round up with triton.cdiv)? Or, for a sum of tl.atomic_add, did "
                 f"it start from torch.empty? Atomics add to what is there: start from torch.zeros")
+    return None
+
+
+def _anywhere(what: str, got, want, wrong) -> str:
+    """A wrong result without a pattern: how many elements, where the first is, NaN or a wrong number."""
+    unwritten = torch.isnan(got) & ~torch.isnan(want)
+    first = tuple(int(i) for i in wrong.nonzero()[0])
     if unwritten.any():
         return (f"{what} holds NaN at {int(unwritten.sum()):,} of {got.numel():,} elements (the first at index "
                 f"{list(first)}): elements no program wrote (new tensors hold NaN here), or a NaN read through a "
@@ -136,16 +207,8 @@ def _value_problem(what: str, got, want, wrong, wants, k: int, rtol: float, atol
             f"{got[first].item():.6g} where {want[first].item():.6g} is right")
 
 
-def _a_gradient_and_its_column_sums(wants) -> bool:
-    """Whether the expected results are (grad_h, the bias gradient): a tensor, then its sums over every axis but the last."""
-    if not (len(wants) == 2 and all(isinstance(w, _Tensor) for w in wants) and wants[1].dim() == 1
-            and wants[0].dim() >= 1 and wants[0].shape[-1] == wants[1].numel()):
-        return False
-    return bool(torch.allclose(wants[0].reshape(-1, wants[1].numel()).sum(0), wants[1], rtol=1e-4, atol=1e-5))
-
-
-def _tail(wrong) -> str | None:
-    """'the last 3 rows' (or columns, or elements) if exactly those are wrong, else None."""
+def _tails(wrong) -> list[tuple[str, int, int]]:
+    """[(axis, first wrong index, size)] if exactly the last rows and/or columns (or elements) are wrong, else []."""
     if wrong.dim() >= 2:
         grid = wrong.reshape(-1, wrong.shape[-1])
         rows, columns = grid.shape
@@ -154,19 +217,33 @@ def _tail(wrong) -> str | None:
         expected[first_row:] = True
         expected[:, first_column:] = True
         if (first_row, first_column) != (0, 0) and torch.equal(expected, grid):
-            return " and ".join(([f"the last {rows - first_row} rows (of {rows})"] if first_row < rows else []) + (
-                [f"the last {columns - first_column} columns (of {columns})"] if first_column < columns else []))
+            return ([("rows", first_row, rows)] if first_row < rows else []) + (
+                [("columns", first_column, columns)] if first_column < columns else [])
     flat = wrong.reshape(-1)
     start = _trailing_run(flat)
     if 0 < start < flat.numel() and not bool(flat[:start].any()):
-        return f"the last {flat.numel() - start:,} elements (of {flat.numel():,})"
-    return None
+        return [("elements", start, flat.numel())]
+    return []
+
+
+def _grid_stops_there(start: int, size: int) -> bool:
+    """Whether a grid of ``size // BLOCK`` programs (rounded down), for a block of some power of two, leaves
+    exactly the elements from ``start`` on: ``start`` is a multiple of BLOCK and less than one block from the end."""
+    return any(start % block == 0 and size - start < block for block in (2 ** k for k in range(31)))
 
 
 def _trailing_run(flags) -> int:
     """Where the last run of True in the 1-D ``flags`` begins (its length if the last flag is False)."""
     run = int(flags.flip(0).to(torch.int64).cumprod(0).sum())
     return len(flags) - run
+
+
+def _a_gradient_and_its_column_sums(wants) -> bool:
+    """Whether the expected results are (grad_h, the bias gradient): a tensor, then its sums over every axis but the last."""
+    if not (len(wants) == 2 and all(isinstance(w, _Tensor) for w in wants) and wants[1].dim() == 1
+            and wants[0].dim() >= 1 and wants[0].shape[-1] == wants[1].numel()):
+        return False
+    return bool(torch.allclose(wants[0].reshape(-1, wants[1].numel()).sum(0), wants[1], rtol=1e-4, atol=1e-5))
 
 
 def _bias_gradient_problem(what: str, got, grad_h, rtol: float, atol: float) -> str | None:
@@ -208,3 +285,133 @@ def _row_sums_in_tiles(grad_h, side: int):
     padded[:rows, :columns] = grad_h
     tiles = padded.reshape(padded.shape[0] // side, side, padded.shape[1] // side, side)
     return tiles.sum(dim=(0, 3)).transpose(0, 1).reshape(-1)[:columns]
+
+
+# --------------------------------------------------------------------------------------------
+# The runs: the arguments as given, non-contiguous, and the first row alone
+
+
+def _outcome(function, args) -> dict:
+    """``{"result": function(*args)}``, or ``{"error": the exception}`` it raised."""
+    try:
+        return {"result": as_data(function(*args))}
+    except Exception as error:  # noqa: BLE001 - the student's code failed: the verdict says how, or shows it
+        return {"error": error}
+
+
+def _same_outcome(one: dict, other: dict) -> bool:
+    return "result" in one and "result" in other and same_data(one["result"], other["result"], 1e-6, 1e-6)
+
+
+def not_contiguous(args, positions) -> list:
+    """Copies of ``args`` in which the tensors at ``positions`` have the same values but are not contiguous: a
+    slice of a tensor ``PADDING`` elements wider, whose rows lie further apart in memory than a row is long."""
+    copies = _copies(args)
+    for i in positions:
+        a = copies[i]
+        fill = float("nan") if a.is_floating_point() else 0
+        wider = torch.full((*a.shape[:-1], a.shape[-1] + PADDING), fill, dtype=a.dtype, device=a.device)
+        copies[i] = wider[..., :a.shape[-1]]
+        copies[i].copy_(a)
+    return copies
+
+
+def one_row(args) -> list | None:
+    """Copies of ``args`` in which every tensor of the first matrix's shape keeps only its first row (the others
+    stay whole); None where the first matrix has one row, or there is none."""
+    first = next((a for a in args if isinstance(a, _Tensor) and a.dim() >= 2), None)
+    if first is None or not first.numel() or first.numel() // first.shape[-1] < 2:
+        return None
+    shape, columns = first.shape, first.shape[-1]
+    return [a.reshape(-1, columns)[:1].reshape((1,) * (len(shape) - 1) + (columns,)).clone()
+            if isinstance(a, _Tensor) and a.shape == shape else c for a, c in zip(args, _copies(args))]
+
+
+def _right_on_one_row(outcome: dict | None, reference, args, rtol: float, atol: float) -> bool:
+    """Whether the function was right on the first row alone, where the reference treats rows one by one (its
+    results of the matrices' shape, cut to their first row, are its results on that row alone)."""
+    row = one_row(args)
+    if outcome is None or "result" not in outcome or row is None:
+        return False
+    try:
+        whole, alone = as_data(reference(*_copies(args))), as_data(reference(*row))
+    except Exception:  # noqa: BLE001 - a reference that takes no single row: no evidence either way
+        return False
+    shape = next(a.shape for a in args if isinstance(a, _Tensor) and a.dim() >= 2)
+    pairs = list(zip(whole, alone)) if isinstance(whole, (list, tuple)) and isinstance(alone, (list, tuple)) else [
+        (whole, alone)]
+    rowwise = [(w, a) for w, a in pairs if isinstance(w, _Tensor) and w.shape == shape]
+    return bool(rowwise) and all(same_data(w.reshape(-1, shape[-1])[:1], a.reshape(-1, shape[-1]), rtol, atol)
+                                 for w, a in rowwise) and same_data(outcome["result"], alone, rtol, atol)
+
+
+def _row_step(name: str, args, how: str) -> str:
+    first = next(a for a in args if isinstance(a, _Tensor) and a.dim() >= 2)
+    rows, columns = first.numel() // first.shape[-1], first.shape[-1]
+    return (f"{name} is right on one row of {columns:,} columns, but {how} on {rows:,} rows: the rows after the first "
+            f"are reached in the wrong place. In a contiguous matrix row r starts r * n_columns elements after row "
+            f"0 (its row stride), whatever the tile's width: check the row term of the offsets "
+            f"(rows[:, None] * n_columns), and where each program's rows start (tl.program_id(0) * BLOCK_ROWS)")
+
+
+def _layout_problem(name: str, runs: dict, want, reference, args, rtol: float, atol: float) -> str | None:
+    """Right on the arguments as given: is it still right when its matrices are not contiguous?"""
+    strided = runs.get(STRIDED)
+    if strided is None or _right(strided, want, rtol, atol):
+        return None
+    matrices = [i for i, a in enumerate(args) if isinstance(a, _Tensor) and a.dim() >= 2 and a.numel() > 1]
+    culprits = [i for i in matrices if f"{STRIDED} {i}" in runs and not _right(runs[f"{STRIDED} {i}"], want, rtol,
+                                                                                 atol)] or matrices
+    names = _parameter_names(reference, len(args))
+    which = " and ".join(f"`{names[i]}`" for i in culprits)
+    columns = args[culprits[0]].shape[-1]
+    how = _fails(error_text(strided["error"])) if "error" in strided else "gives wrong values"
+    fix = "; ".join(f"{names[i]} = {names[i]}.contiguous()" for i in culprits)
+    return (f"{name} is right on contiguous tensors, but {how} when {which} {'is' if len(culprits) == 1 else 'are'} "
+            f"not contiguous (here a slice of a wider tensor: its rows lie {columns + PADDING:,} elements apart in "
+            f"memory, not {columns:,}). The kernel walks memory as if each row followed the last: make "
+            f"{'it' if len(culprits) == 1 else 'them'} contiguous in the launcher ({fix}), as autograd may hand "
+            f"backward a gradient of any layout (expanded by .sum(), transposed by a matrix product)")
+
+
+def _right(outcome: dict, want, rtol: float, atol: float) -> bool:
+    return "result" in outcome and same_data(outcome["result"], want, rtol, atol)
+
+
+def _parameter_names(function, count: int) -> list[str]:
+    """The names of ``function``'s first ``count`` parameters ('argument k' where it has fewer, or none to read)."""
+    try:
+        names = [p.name for p in inspect.signature(function).parameters.values()][:count]
+    except (TypeError, ValueError):
+        names = []
+    return names + [f"argument {k}" for k in range(len(names), count)]
+
+
+def error_text(error) -> str:
+    """An error (or its text) as 'Type: message', its start and its end kept where it is long (Triton's
+    compilation errors put the source first and the reason last)."""
+    text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+    return _clipped(text, 2000)
+
+
+def _clipped(text: str, limit: int) -> str:
+    """``text`` cut to about ``limit`` characters, keeping its start and its end."""
+    if len(text) <= limit:
+        return text
+    half = limit // 2 - 3
+    return f"{text[:half]} ... {text[-half:]}"
+
+
+def _fails(error: str) -> str:
+    """How a run failed, in a few words: out of bounds (where), or the error's start."""
+    where = re.search(r"out of bounds: (.*?\([\d,]+ elements\))", error)
+    if "OutOfBounds" in error:
+        return f"goes out of bounds ({where[1]})" if where else "goes out of bounds"
+    return f"raises {_clipped(' '.join(error.split()), 200)}"
+
+
+def _unguarded() -> str | None:
+    """What to say where kernels are interpreted but their memory accesses are not checked, else None."""
+    from autograder.student.kernels import UNGUARDED, interpreted, memory_guarded
+
+    return UNGUARDED if interpreted() and not memory_guarded() else None

@@ -41,6 +41,11 @@ _TORCH_ERRORS = [
     (r"invalid gradient at index (\d+) - got \[([^\]]*)\] but expected shape compatible with \[([^\]]*)\]",
      lambda m, names: f"backward's gradient for `{_name(names, int(m[1]))}` has shape [{m[2]}], but the "
                       f"input has shape [{m[3]}]: each gradient must have its input's shape."),
+    (r"data pointer on an invalid python storage|Cannot access data pointer of Tensor|"
+     r"storage of a tensor on device \"meta\" to a storage on different device",
+     lambda m, names: "torch.compile traced it with fake tensors (shapes and dtypes, no memory) and reached code "
+                      "that needs memory: a kernel launched outside a custom operator. Launch kernels only inside "
+                      "operators that have a fake, in backward too (call the backward operator, not the launcher)."),
     (r"save_for_backward can only save variables, but argument (\d+) is of type (\w+)",
      lambda m, names: f"ctx.save_for_backward is for tensors only, but it was given a {m[2]}. Keep "
                       f"non-tensors as attributes instead, e.g. ctx.alpha = alpha."),
@@ -317,6 +322,9 @@ def _diagnose(inputs, case, j, g, expected, rtol, atol, student, torch_gradients
     """
     e = expected[j]
     names = [inputs.names[i] for i in inputs.tensor_positions]
+    if bool(torch.isnan(g).any()) and not bool(torch.isnan(e).any()):  # NaN shows no pattern: say where it comes from
+        return (" It holds NaN where torch's gradient is finite: a value nothing should have used, such as an element "
+                "no code wrote, a masked lane of a kernel's tl.load without other=, or 0/0.")
     for other, e_other in enumerate(expected):
         if other != j and _close(g, e_other, rtol, atol):
             return (f" It equals the gradient of `{names[other]}`: backward returns its gradients in "

@@ -7,6 +7,7 @@ and friends cannot fool the checker. Every other module of the checker imports t
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from dataclasses import dataclass, field
 
@@ -41,9 +42,11 @@ _unpack_dual = torch.autograd.forward_ad.unpack_dual
 _torch_compile = torch.compile
 _compiler_reset = torch.compiler.reset
 
-# Tracebacks are trimmed to the student's own frames: these folders (torch, and the student's
-# library this checker belongs to) are not the student's.
-_LIBRARY_DIRS = (os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# Tracebacks are trimmed to the student's own frames: these folders (torch, Triton where it is installed,
+# and the student's library this checker belongs to) are not the student's.
+_TRITON = importlib.util.find_spec("triton")  # found without importing it
+_LIBRARY_DIRS = (os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                 *(_TRITON.submodule_search_locations or [] if _TRITON else []))
 
 RTOL = 1e-6
 ATOL = 1e-8

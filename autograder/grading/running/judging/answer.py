@@ -27,6 +27,7 @@ from autograder.student.checker.attention import attention_record
 from autograder.student.checker.callables import argument_names, graph_names
 from autograder.student.checker.devices import device_record
 from autograder.student.checker.harness import as_data
+from autograder.student.checker.kernels import error_text, kernel_runs
 from autograder.student.checker.messages import _student_line
 from autograder.student.checker.references import _autograd_grad, _enable_grad, _equal, _Function, _Module
 from autograder.student.checker.saved import saved_record
@@ -76,6 +77,8 @@ def _answer(request: dict, namespace: dict, harnesses: dict | None) -> dict:
             return _answer_diagnosis(namespace[request["target"]], request)
         if request["kind"] in ("values", "with"):
             return _answer_data(run, request, namespace if harnesses is None else harnesses)
+        if request["kind"] == "kernel":
+            return _answer_kernel(run, [decode(a) for a in request["args"]], request.get("strided") is not False)
         if request["kind"] == "saved":
             return _answer_saved(namespace[request["target"]], [decode(a) for a in request["args"]], request["grad"],
                                  bool(request["inplace"]), request.get("swap"))
@@ -139,6 +142,21 @@ def _answer_data(run, request: dict, harnesses: dict) -> dict:
         return {"error": None, "result": encode(result)}
     except Unsupported:
         return {"error": f"TypeError: the result is a {type(result).__name__}, not plain data"}
+
+
+def _answer_kernel(run, args: list, strided: bool) -> dict:
+    """check_kernel's runs of the student's launcher (``checker.kernels.kernel_runs``), as data: each a result or
+    an error's text."""
+    runs = {}
+    for key, outcome in kernel_runs(run, args, strided).items():
+        if "error" in outcome:
+            runs[key] = {"error": error_text(outcome["error"])}
+            continue
+        try:
+            runs[key] = {"result": encode(outcome["result"])}
+        except Unsupported:
+            runs[key] = {"error": f"TypeError: the result is a {type(outcome['result']).__name__}, not plain data"}
+    return {"error": None, "runs": runs}
 
 
 def _answer_transform(run, args: list, transform: dict) -> dict:

@@ -9,9 +9,10 @@ The student's names are ``StudentObject``s here: a judge may name them, nothing 
 
 from __future__ import annotations
 
-import re
 import types
 
+from autograder.grading.running.judging.replies import (as_found, autograd_problem, input_names, plain, run_outcome,
+                                                        unanswered)
 from autograder.grading.running.messages.wire import Unsupported, decode, encode
 
 JUDGES = ("check_function", "check_forward", "check_callable", "check_built_on", "check_saved", "check_values",
@@ -143,27 +144,27 @@ class Judges:
                                "upstream": [None if u is None else encode(u) for u in plan["upstream"]]}
 
         def compare(reply) -> str | None:
-            if _unanswered(reply):
-                return _found(function.name, _unanswered(reply))
+            if unanswered(reply):
+                return as_found(function.name, unanswered(reply))
             try:
                 saved = [decode(t) for t in reply["saved"]]
-                kept = [(_plain(what), _plain(where)) for what, where in reply["kept"][:5]]
+                kept = [(plain(what), plain(where)) for what, where in reply["kept"][:5]]
                 swap = reply["swap"]
                 if swap is not None and swap.get("error") is not None:
-                    swap = {"error": _plain(swap["error"])}
+                    swap = {"error": plain(swap["error"])}
                 elif swap is not None:
                     swap = {key: [None if g is None else decode(g) for g in swap[key][:sum(grad)]]
                             for key in ("own", "swapped")}
                     if any(len(grads) != sum(grad) for grads in swap.values()):
                         raise ValueError("gradients")
             except (KeyError, TypeError, ValueError, AttributeError) as error:
-                return _found(function.name, f"could not be checked: the grader's run of your answers sent a malformed "
+                return as_found(function.name, f"could not be checked: the grader's run of your answers sent a malformed "
                                              f"answer ({type(error).__name__})")
             if not all(isinstance(t, torch.Tensor) for t in saved):
-                return _found(function.name, "saved something that is not a tensor of a plain dtype")
+                return as_found(function.name, "saved something that is not a tensor of a plain dtype")
             problem = (saved_problem(function.name, saved, kept, expected, max_saved, largest, rtol, atol)
-                       or (plan and swap_problem(function.name, swap, plan, _input_names(reply, sum(grad)), rtol, atol)))
-            return problem and _found(function.name, problem, named=True)
+                       or (plan and swap_problem(function.name, swap, plan, input_names(reply, sum(grad)), rtol, atol)))
+            return problem and as_found(function.name, problem, named=True)
 
         self.pending.append((request, compare))
 
@@ -177,13 +178,32 @@ class Judges:
             raise Unsupported("check_with needs a harness the notebook's visible cells define by name")
         self._judge_data(harness, function, reference, args, rtol, atol)
 
-    def check_kernel(self, function, reference, *args, rtol: float = 1e-5, atol: float = 1e-5) -> None:
-        """What the test's ``check_kernel`` call decides (assignment 10): a kernel launcher's results, asked as
-        ``check_values`` asks them, and a wrong one explained in a kernel's terms (a forgotten tail, ...)."""
-        from autograder.student.checker.kernels import kernel_problem
+    def check_kernel(self, function, reference, *args, rtol: float = 1e-5, atol: float = 1e-5,
+                     strided: bool = True) -> None:
+        """What the test's ``check_kernel`` call decides (assignment 10): a kernel launcher's results on the
+        arguments, on non-contiguous copies and on their first row (``checker.kernels.kernel_runs``, made in the
+        student's process), explained here in a kernel's terms (a forgotten tail, a wrong row stride, ...)."""
+        from autograder.student.checker.kernels import kernel_problem, kernel_verdict
 
-        self._judge_data(None, function, reference, args, rtol, atol, explain=lambda got, want, error=None:
-                         kernel_problem(function.name, got, want, rtol, atol, error))
+        if not isinstance(function, StudentObject):
+            raise Unsupported("not a check of the student's function")
+        request = {"target": function.name, "kind": "kernel", "args": [encode(a) for a in args],
+                   "grad": [False] * len(args), "inplace": False, "upstream": None, "strided": bool(strided)}
+
+        def compare(reply) -> str | None:
+            if not (isinstance(reply, dict) and reply.get("error") is None and isinstance(reply.get("runs"), dict)):
+                return as_found(function.name, unanswered(reply) or "could not be checked: a malformed answer")
+            try:
+                runs = {str(key): run_outcome(run) for key, run in list(reply["runs"].items())[:16]}
+                runs["given"]
+            except (KeyError, TypeError, ValueError) as error:
+                return as_found(function.name, f"could not be checked: a malformed answer ({error})")
+            problem = kernel_verdict(function.name, runs, reference, args, rtol, atol)
+            if problem is None and "error" in runs["given"]:
+                problem = kernel_problem(function.name, None, None, error=runs["given"]["error"])
+            return problem and as_found(function.name, problem, named=True)
+
+        self.pending.append((request, compare))
 
     def check_attention_forward(self, function, q, k, v, causal: bool = False, rtol: float = 1e-5,
                                 atol: float = 1e-5) -> None:
@@ -214,21 +234,21 @@ class Judges:
 
         def compare(reply) -> str | None:
             if explain is not None and isinstance(reply, dict) and reply.get("error") is not None:
-                return _found(function.name, explain(None, want, str(reply["error"])), named=True)
-            if _unanswered(reply):
-                return _found(function.name, _unanswered(reply))
+                return as_found(function.name, explain(None, want, str(reply["error"])), named=True)
+            if unanswered(reply):
+                return as_found(function.name, unanswered(reply))
             try:
                 got = decode(reply["result"])
             except (KeyError, TypeError, ValueError) as error:
-                return _found(function.name, f"could not be checked: a malformed answer ({error})")
+                return as_found(function.name, f"could not be checked: a malformed answer ({error})")
             if same_data(got, want, rtol, atol):
                 return None
             if explain is not None:  # check_kernel: what the wrong results say about the kernel
-                return _found(function.name, explain(got, want) or f"{function.name} gives {short(got)}", named=True)
+                return as_found(function.name, explain(got, want) or f"{function.name} gives {short(got)}", named=True)
             if harness is not None:
-                return _found(function.name, with_message(harness.__name__, function.name, got, want, rtol, atol),
+                return as_found(function.name, with_message(harness.__name__, function.name, got, want, rtol, atol),
                               named=True)
-            return _found(function.name, f"{function.name}{tuple(short(a) for a in args)} gives {short(got)}, "
+            return as_found(function.name, f"{function.name}{tuple(short(a) for a in args)} gives {short(got)}, "
                                          f"expected {short(want)}", named=True)
 
         self.pending.append((request, compare))
@@ -276,13 +296,13 @@ class Judges:
                    "args": [encode(a) for a in args], "grad": [False] * len(args), "inplace": False, "upstream": None}
 
         def compare(reply) -> str | None:
-            if _unanswered(reply):
-                return _found(function.name, _unanswered(reply))
+            if unanswered(reply):
+                return as_found(function.name, unanswered(reply))
             try:
                 problem = judge(decode(reply["record"]))
             except (KeyError, TypeError, ValueError, IndexError, AttributeError, RuntimeError) as error:
-                return _found(function.name, f"could not be checked: a malformed answer ({type(error).__name__})")
-            return problem and _found(function.name, problem, named=True)
+                return as_found(function.name, f"could not be checked: a malformed answer ({type(error).__name__})")
+            return problem and as_found(function.name, problem, named=True)
 
         self.pending.append((request, compare))
 
@@ -327,7 +347,7 @@ class Judges:
         def compare(reply) -> str | None:
             problem = self._compare(leaves, grad, expected, upstream, reply, rtol, atol, who)
             if problem is None and forbid:
-                problem = _autograd_problem(reply)
+                problem = autograd_problem(reply)
             if problem is None and reply.get("upstream_modified") is True:
                 problem = ("backward changed grad_output in place: another branch of the graph that shares it then "
                            "gets a wrong gradient. Compute a new tensor (grad_output * mask), do not write into it")
@@ -357,9 +377,9 @@ class Judges:
 
                 names = [str(n) for n in reply.get("graph") or []][:200]
                 if missing_functions(uses, names):
-                    return _found(function.name, missing_message(function.name, missing_functions(uses, names),
+                    return as_found(function.name, missing_message(function.name, missing_functions(uses, names),
                                                                  names), named=True)
-            return problem and _found(function.name, problem)
+            return problem and as_found(function.name, problem)
 
         self.pending.append((request, compare))
 
@@ -372,8 +392,8 @@ class Judges:
         from autograder.student.checker.messages import _output_label, wrong_gradient, wrong_output
         from autograder.student.checker.references import _close
 
-        if _unanswered(reply):
-            return _unanswered(reply)
+        if unanswered(reply):
+            return unanswered(reply)
         try:
             outputs = [decode(o) if isinstance(o, dict) and "other" not in o else o for o in reply["outputs"]]
         except (KeyError, TypeError, ValueError) as error:
@@ -408,7 +428,7 @@ class Judges:
             return f"could not be checked: the grader's run of your answers sent malformed gradients ({error})"
         if len(grads) != len(leaves):
             return "could not be checked: the grader's run of your answers sent the wrong number of gradients"
-        names = _input_names(reply, len(leaves))
+        names = input_names(reply, len(leaves))
         for i, (got, want) in enumerate(zip([g for g, w in zip(grads, grad) if w], right)):
             name = names[[j for j, w in enumerate(grad) if w][i]]
             want = torch.zeros_like(wrt[i]) if want is None else want
@@ -418,58 +438,3 @@ class Judges:
             if not _close(got, want, rtol, atol):
                 return wrong_gradient(name, want, got)
         return None
-
-
-
-def _autograd_problem(reply: dict) -> str | None:
-    """What the examinee saw of autograd while the Function's forward and backward ran, if anything."""
-    used = reply.get("autograd_in_backward", "no record of it came back")
-    if used is None:
-        return None
-    return (f"backward calls autograd ({str(used)[:200]}: torch.autograd.grad, .backward(), torch.func, "
-            f"Variable._execution_engine or forward-mode AD, here or in forward): derive the gradient instead")
-
-
-def _unanswered(reply) -> str | None:
-    """Why ``reply`` holds no answer to judge (none came, or the student's code failed: said as the
-    notebook says it, ``messages.student_error``), or None."""
-    if not isinstance(reply, dict):
-        return "could not be checked: the grader's run of your answers sent no answer"
-    if reply.get("error") is not None:
-        from autograder.student.checker.messages import student_error
-
-        said = student_error(str(reply["error"])[:300])
-        stage, line = reply.get("stage"), reply.get("line")
-        if said.startswith("raised ") and stage in ("forward", "backward") and isinstance(line, str):
-            return f"{stage} {said}{line[:300]}"  # as check_function says it: "backward raised ... (in backward, line N: ...)"
-        return said
-    return None
-
-
-NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,60}(\[\d{1,4}\])?|input \d{1,4}")
-
-
-def _input_names(reply: dict, count: int) -> list[str]:
-    """The names the student's process gives the inputs (``forward``'s parameters: ``callables.argument_names``),
-    where they are plain names; else ``input 1``, ``input 2``, ..."""
-    names = reply.get("names")
-    if (isinstance(names, list) and len(names) == count
-            and all(isinstance(n, str) and NAME.fullmatch(n) for n in names)):
-        return names
-    return [f"input {i + 1}" for i in range(count)]
-
-
-def _plain(text) -> str:
-    """A short string of the examinee's, printable, for a message (where a student's names may appear)."""
-    return "".join(c for c in str(text)[:200] if c.isprintable())
-
-
-def _found(name: str, problem: str, named: bool = False) -> str:
-    """A referee's failure as the student reads it: what is wrong, that the grader's own check found it, then
-    the details (the values that differ) on the lines after."""
-    head, _, details = problem.partition("\n")
-    return (f"{'' if named else name + ': '}{head.rstrip('.')} (found by the grader's own check, which runs this "
-            f"cell's checks outside your notebook's process, on new random inputs){chr(10) if details else ''}"
-            f"{details}")
-
-

@@ -35,7 +35,8 @@ import sys
 import types
 from dataclasses import dataclass
 
-from autograder.grading.running.judging.judges import JUDGES, UNAVAILABLE, Judges, StudentObject, _Unavailable, _unanswered
+from autograder.grading.running.judging.judges import JUDGES, UNAVAILABLE, Judges, StudentObject, _Unavailable
+from autograder.grading.running.judging.replies import unanswered
 
 HIDDEN_BEGIN = "### BEGIN " "HIDDEN TESTS"  # in two parts: no file shipped to students holds the marker itself
 HIDDEN_END = "### END " "HIDDEN TESTS"
@@ -201,7 +202,7 @@ class Referee(Judges):
             replies = [None] * len(plan.pending)
         failures = [problem for (request, compare), reply in zip(plan.pending, replies) for problem in [compare(reply)]
                     if problem and not (failed_there and not _refused(reply)
-                                        and (request["kind"] != "diagnosis" or _unanswered(reply)))]
+                                        and (request["kind"] != "diagnosis" or unanswered(reply)))]
         return len(plan.pending), plan.failure or (failures[0] if failures else None)
 
     def _plan_test(self, source: str) -> "Plan":

@@ -60,7 +60,8 @@ WATCHED_NAMES = {"torch": "torch", "nn": "torch.nn", "check_function": "autograd
                  "check_forward": "autograder.check_forward", "check_callable": "autograder.check_callable",
                  "check_saved": "autograder.check_saved", "check_values": "autograder.check_values",
                  "check_with": "autograder.check_with", "check_device": "autograder.check_device",
-                 "check_kernel": "autograder.check_kernel", "check_built_on": "autograder.check_built_on",
+                 "check_kernel": "autograder.check_kernel", "check_custom_op": "autograder.check_custom_op",
+                 "check_built_on": "autograder.check_built_on",
                  "check_attention": "autograder.student.checker.attention.check_attention",
                  "check_attention_forward": "autograder.student.checker.attention.check_attention_forward",
                  "autograder": "autograder", "__builtins__": "builtins"}
