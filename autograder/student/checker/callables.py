@@ -174,5 +174,5 @@ def _compare_gradients(name, names, got, expected, used, leaves, reference_leave
         want = e if e is not None else _zeros_like(leaf)
         have = g.detach() if g is not None else _zeros_like(leaf)
         if not _close(have, want, rtol, atol):
-            report.add(wrong_gradient(label, want, have) if have.shape == want.shape else
+            report.add(wrong_gradient(label, want, have, rtol, atol) if have.shape == want.shape else
                        f"the gradient for `{label}` has shape {_shape(have)}, expected {_shape(want)}.")

@@ -13,12 +13,13 @@ import inspect
 
 from autograder.student.checker.messages import (
     _DEVICE_RULE, _a_tensor_on, _a_value_of_type, _count, _diagnose, _difference, _dtype, _is_tensor_close,
-    _output_label, _raw_problem, _returned_none, _run_reference, _run_student, _shape, wrong_gradient, wrong_output,
+    _output_label, _raw_problem, _returned_none, _run_reference, _run_student, _shape, _short, _same_value, _tidied,
+    _dtype_name, wrong_gradient, wrong_output,
 )
 from autograder.student.checker.flags import _FLAG_RULE, _explain_needs_input_grad_error, _flag_branches, _wrong_flag
 from autograder.student.checker.references import (
     _allclose, _as_tuple, _autograd_grad, _Case, _close, _draw, _engine_module, _equal, _Function, _Generator,
-    _graph_node, _HandedBackToAutograd, _Inputs, _is_float_tensor, _no_grad, _StudentError, _Tensor,
+    _graph_node, _HandedBackToAutograd, _TORCH_BASES, laid_out, _Inputs, _is_float_tensor, _no_grad, _StudentError, _Tensor,
     _zeros_like,
 )
 
@@ -44,7 +45,8 @@ def _check_is_function_class(function, name: str) -> None:
 
 
 def _defines(function, method: str) -> bool:
-    return any(method in vars(k) for k in function.__mro__ if not k.__module__.startswith("torch"))
+    """Whether ``function`` or a base class of its own (not one of torch's) defines ``method``."""
+    return any(method in vars(k) for k in function.__mro__ if k not in _TORCH_BASES)
 
 
 def _uses_setup_context(function) -> bool:
@@ -56,7 +58,7 @@ def _undecorated(function) -> tuple[str, ...]:
     found = []
     for method in _METHODS:
         defined_in = next((k for k in function.__mro__ if method in vars(k)), None)
-        if defined_in is not None and not defined_in.__module__.startswith("torch") \
+        if defined_in is not None and defined_in not in _TORCH_BASES \
                 and not isinstance(vars(defined_in)[method], (staticmethod, classmethod)):
             found.append(method)
     return tuple(found)
@@ -85,7 +87,8 @@ def _input_names(function, count: int) -> list[str]:
     return names[:count]
 
 
-def _describe_inputs(function, args, inplace, constants, autograd_in_backward) -> _Inputs:
+def _describe_inputs(function, args, inplace, constants, autograd_in_backward, dtype=None,
+                     strict_gradients=False) -> _Inputs:
     """The arguments as the checks see them; ``constants`` name tensor arguments by name or position."""
     names = _input_names(function, len(args))
     params = [p for p in _forward_params(function) if p.kind is not p.VAR_POSITIONAL][:len(args)]
@@ -98,7 +101,7 @@ def _describe_inputs(function, args, inplace, constants, autograd_in_backward) -
                                f"({', '.join(names)}) (this is a problem with the test, not with your Function)")
         positions.add(i)
     return _Inputs(args, names, inplace, frozenset(positions), optional, _undecorated(function),
-                   autograd_in_backward)
+                   autograd_in_backward, dtype, strict_gradients=strict_gradients)
 
 
 # --------------------------------------------------------------------------------------------
@@ -110,13 +113,16 @@ def _check_forward(function, reference, inputs, report, rtol, atol) -> None:
     versions = [a._version if isinstance(a, _Tensor) else None for a in call]
     got = _as_tuple(_run_student("forward", lambda: function.apply(*call), inputs))
     _check_modified_inputs(call, versions, got, inputs, report)
-    expected = _as_tuple(_run_reference(reference, inputs.fresh()[0]))
-    _compare_outputs(got, expected, report, rtol, atol)
+    expected = _as_tuple(_run_reference(reference, inputs.fresh(precise=True)[0]))
+    typed = expected if inputs.dtype is None else _as_tuple(_run_reference(reference, inputs.fresh()[0]))
+    _compare_outputs(got, expected, report, rtol, atol, dtypes=[getattr(t, "dtype", None) for t in typed])
 
 
-def _compare_outputs(got: tuple, expected: tuple, report, rtol, atol, who: str = "forward") -> None:
+def _compare_outputs(got: tuple, expected: tuple, report, rtol, atol, who: str = "forward", dtypes=None) -> None:
     """Report each output of ``who`` (forward, or a function's name) that differs from the reference's
-    in number, type, shape, dtype or value."""
+    in number, type, shape, dtype or value. ``dtypes``: the reference's output dtypes on inputs in the student's
+    dtypes (the values of ``expected`` are computed in the checker's precision); the same as ``expected``'s
+    when not given."""
     if len(got) != len(expected):
         report.add(
             f"{who} returned {_count(len(got), 'output')}, but the reference returns "
@@ -125,20 +131,26 @@ def _compare_outputs(got: tuple, expected: tuple, report, rtol, atol, who: str =
         report.raise_if_any()
     for k, (g, e) in enumerate(zip(got, expected)):
         label = _output_label(k, len(got), f"{who}'s output")
-        if not isinstance(g, _Tensor):
-            report.add(f"{label} is a {type(g).__name__}, expected a tensor.")
+        dtype = dtypes[k] if dtypes else getattr(e, "dtype", None)
+        if not isinstance(e, _Tensor):
+            if not _same_value(g, e):
+                report.add(f"{label} is {_short(g)}, expected {_short(e)}.")
+        elif not isinstance(g, _Tensor):
+            numpy = type(g).__module__ == "numpy"
+            report.add(f"{label} is {'a NumPy array' if numpy else 'a ' + type(g).__name__}, expected a tensor"
+                       + (": return a tensor (torch.as_tensor(array, device=x.device))." if numpy else "."))
         elif g.shape != e.shape:
             report.add(f"{label} has shape {_shape(g)}, expected {_shape(e)}.")
         elif g.device != e.device:
             report.add(f"{label} is {_a_tensor_on(g.device)}, but the inputs are on {e.device}: {_DEVICE_RULE}")
-        elif g.dtype != e.dtype:
+        elif g.dtype != dtype:
             why = ("new tensors made in forward should use the input's dtype" if e.is_floating_point()
                    else "integer outputs such as indices must keep their integer dtype")
-            report.add(f"{label} has dtype {_dtype(g)}, expected {_dtype(e)}: {why}.")
+            report.add(f"{label} has dtype {_dtype(g)}, expected {_dtype_name(dtype)}: {why}.")
         elif not e.is_floating_point() and not _equal(g, e):
-            report.add(f"{label} is wrong (integer values must match exactly).\n{_difference(e, g)}")
+            report.add(f"{label} is wrong (integer values must match exactly).\n{_difference(e, g, 0.0, 0.0)}")
         elif not _close(g, e, rtol, atol):
-            report.add(wrong_output(label, who, e, g))
+            report.add(wrong_output(label, who, e, g, rtol, atol))
 
 
 def _check_modified_inputs(call, versions, outputs, inputs, report) -> None:
@@ -166,7 +178,7 @@ def _check_modified_inputs(call, versions, outputs, inputs, report) -> None:
 
 
 def _check_backward(function, reference, inputs, report, rtol, atol) -> None:
-    ref_outputs = _as_tuple(_run_reference(reference, inputs.fresh()[0]))
+    ref_outputs = _as_tuple(_run_reference(reference, inputs.fresh(precise=True)[0]))
     differentiable = [k for k, o in enumerate(ref_outputs) if isinstance(o, _Tensor) and o.requires_grad]
     if not differentiable:
         raise RuntimeError("the reference's outputs do not depend differentiably on any tensor input "
@@ -203,8 +215,15 @@ def _upstream(outputs, used, seed: int) -> list:
     return [_draw(outputs[k].shape, gen, outputs[k].dtype, outputs[k].device) for k in used]
 
 
+def _handed(upstream, outputs, inputs) -> list:
+    """The upstream gradients as the student's backward gets them: copies in each output's dtype, laid out as
+    ``inputs.grad_layout`` says."""
+    return [laid_out(u.to(o.dtype if isinstance(o, _Tensor) and o.is_floating_point() else u.dtype, copy=True),
+                     inputs.grad_layout) for u, o in zip(upstream, outputs)]
+
+
 def _expected_gradients(reference, inputs, used, upstream) -> list:
-    call, leaves = inputs.fresh()
+    call, leaves = inputs.fresh(precise=True)
     outputs = _as_tuple(_run_reference(reference, call))
     grads = _autograd_grad([outputs[k] for k in used], leaves, upstream, allow_unused=True)
     return [g if g is not None else _zeros_like(leaf) for g, leaf in zip(grads, leaves)]
@@ -221,7 +240,7 @@ def _student_gradients(function, inputs, used, upstream) -> list:
             )
     grads = _run_student(
         "backward",
-        lambda: _autograd_grad([outputs[k] for k in used], leaves, [u.clone() for u in upstream],
+        lambda: _autograd_grad([outputs[k] for k in used], leaves, _handed(upstream, [outputs[k] for k in used], inputs),
                                allow_unused=True),
         inputs,
     )
@@ -242,8 +261,8 @@ def _run_backward(function, inputs, case, requires=None):
     if node is None:
         return None
     grads_in = [_zeros_like(o) if isinstance(o, _Tensor) else None for o in outputs]
-    for k, u in zip(case.used, case.upstream):
-        grads_in[k] = u.clone()
+    for k, u in zip(case.used, _handed(case.upstream, [outputs[k] for k in case.used], inputs)):
+        grads_in[k] = u
     watched = [g for g in grads_in if g is not None] if requires is None else []
     versions, snapshots = [g._version for g in watched], [g.clone() for g in watched]
     guard = contextlib.nullcontext() if inputs.autograd_in_backward else _autograd_forbidden()
@@ -309,13 +328,14 @@ def _raw_gradients(function, reference, inputs, case, report, rtol, atol):
         if problem:
             report.add(problem)
             unsound.add(j)
-    return got, unsound
+    return [g if j in unsound else _tidied(g, expected[j], inputs.working_dtype(inputs.args[i]))
+            for j, (i, g) in enumerate(zip(inputs.tensor_positions, got))], unsound
 
 
 def _check_constant_gradient(reference, inputs, case, i, got, report, rtol, atol) -> None:
     """A constant needs no gradient, so None is right; a gradient backward returns anyway must be right."""
     name = inputs.names[i]
-    call = list(inputs.fresh()[0])
+    call = list(inputs.fresh(precise=True)[0])
     if not _is_float_tensor(call[i]):
         report.add(f"backward returned a gradient for the constant `{name}`, which is not a float tensor: "
                    f"return None in its place.")
@@ -327,7 +347,7 @@ def _check_constant_gradient(reference, inputs, case, i, got, report, rtol, atol
     if isinstance(got, _Tensor) and _close(got, expected, rtol, atol):
         return
     if isinstance(got, _Tensor) and got.shape == expected.shape:
-        detail = f"\n{_difference(expected, got)}"
+        detail = f"\n{_difference(expected, got, rtol, atol)}"
     else:
         what = f"has shape {_shape(got)}" if isinstance(got, _Tensor) else f"is not a tensor but a {type(got).__name__}"
         detail = f" It {what}; `{name}` has shape {_shape(expected)}."
@@ -354,7 +374,7 @@ def _judge(function, reference, inputs, case, got, skip, report, rtol, atol) -> 
                          student=lambda upstream: _student_gradients(function, inputs, case.used, upstream),
                          torch_gradients=lambda upstream: _expected_gradients(reference, inputs, case.used,
                                                                               upstream))
-        report.add(wrong_gradient(names[j], e, g, case.when, hint))
+        report.add(wrong_gradient(names[j], e, g, rtol, atol, case.when, hint))
 
 
 def _check_needs_input_grad(function, reference, inputs, case, report, rtol, atol) -> None:
@@ -400,6 +420,8 @@ def _check_needs_input_grad(function, reference, inputs, case, report, rtol, ato
             continue
         for i in positions:
             got = raw[i] if i < len(raw) else None
+            if not inputs.strict_gradients:
+                got = _tidied(got, expected[i], inputs.working_dtype(inputs.args[i]))
             if i not in requires:
                 clue = wrong_flag(i) if got is not None else ""
                 if clue:
@@ -410,7 +432,7 @@ def _check_needs_input_grad(function, reference, inputs, case, report, rtol, ato
                     report.add(f"{label}, backward returned None for `{names[i]}`, which needs a gradient."
                                f"{wrong_flag(i) or _FLAG_RULE}")
             elif not _is_tensor_close(got, expected[i], rtol, atol):
-                shown = (f"\n{_difference(expected[i], got)}" if isinstance(got, _Tensor)
+                shown = (f"\n{_difference(expected[i], got, rtol, atol)}" if isinstance(got, _Tensor)
                          and got.shape == expected[i].shape else f" It is not a tensor of shape {_shape(expected[i])}.")
                 report.add(f"{label}, the gradient for `{names[i]}` is wrong, though it is right when every "
                            f"input requires grad.{_FLAG_RULE}{shown}")

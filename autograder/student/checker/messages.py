@@ -21,7 +21,7 @@ import traceback
 import torch
 
 from autograder.student.checker.references import (
-    _LIBRARY_DIRS, ATOL, RTOL, _allclose, _close, _float64, _HandedBackToAutograd, _Inputs, _isclose,
+    _LIBRARY_DIRS, ATOL, DTYPE_TOLERANCES, RTOL, _allclose, _close, _float64, _HandedBackToAutograd, _Inputs, _isclose,
     _ones_like, _StudentError, _Tensor, _zeros_like,
 )
 
@@ -107,15 +107,16 @@ def student_error(error: str) -> str:
     return f"raised {error}"
 
 
-def wrong_output(label: str, who: str, expected, got) -> str:
+def wrong_output(label: str, who: str, expected, got, rtol: float, atol: float) -> str:
     """A floating-point output of ``who`` (forward, or a function's name) that differs from the reference's."""
-    return f"{label} is wrong, so the gradients cannot be right either; fix {who} first.\n{_difference(expected, got)}"
+    return (f"{label} is wrong, so the gradients cannot be right either; fix {who} first.\n"
+            f"{_difference(expected, got, rtol, atol)}")
 
 
-def wrong_gradient(name: str, expected, got, when: str = "", hint: str = "") -> str:
+def wrong_gradient(name: str, expected, got, rtol: float, atol: float, when: str = "", hint: str = "") -> str:
     """The gradient for the input called ``name`` differs from torch autograd's on the reference."""
     return (f"the gradient for `{name}` is wrong{when}.{hint}\nFor a random grad_output, compared with torch "
-            f"autograd on the reference: {_difference(expected, got)}")
+            f"autograd on the reference: {_difference(expected, got, rtol, atol)}")
 
 
 def _name(names: list[str], index: int) -> str:
@@ -275,38 +276,68 @@ def _is_tensor_close(value, expected, rtol, atol) -> bool:
 
 
 def _raw_problem(got, j, name, expected, inputs, rtol, atol) -> str | None:
-    """What is wrong with the type, shape or dtype of ``got[j]``, the gradient of tensor input ``j``."""
+    """What is wrong with the type, shape, device or dtype of ``got[j]``, the gradient of tensor input ``j``
+    as backward returned it, before autograd validates it; None when autograd would take it.
+
+    Autograd sums a gradient of a shape that broadcasts to the input's down to it, and casts a gradient
+    of another float dtype to the input's: that is accepted, and judged by value as autograd leaves it,
+    unless ``inputs.strict_gradients`` asks for each gradient in its input's shape and dtype.
+    """
     r, e = got[j], expected[j]
     if r is None:
         return None
+    want = inputs.working_dtype(inputs.args[inputs.tensor_positions[j]])
     if not isinstance(r, _Tensor):
-        return (f"backward returned a {type(r).__name__} as the gradient for `{name}`; "
-                f"return a tensor of {name}'s shape {_shape(e)}.")
-    if r.shape != e.shape:
-        # A swap: this gradient is another input's, and that input's own gradient is wrong too.
-        others = [k for k, e_k in enumerate(expected) if k != j and _close(r, e_k, rtol, atol)
-                  and not _is_tensor_close(got[k], e_k, rtol, atol)]
-        if others:
-            other = inputs.names[inputs.tensor_positions[others[0]]]
-            hint = (f" It is the gradient of `{other}`: backward returns its gradients in the wrong "
-                    f"order. Return them in the order of forward's arguments.")
-        elif r.dim() >= 2 and r.mT.shape == e.shape and _close(r.mT, e, rtol, atol):
-            hint = " It is the transpose of the right gradient: swap the matrix product's order or transpose it."
-        elif _broadcasts_to(r.shape, e.shape):
-            hint = (" PyTorch would silently sum it down to the right shape and hide the bug: "
-                    "reduce it yourself (e.g. .sum(dim=...)) so the shapes match.")
-        else:
-            hint = ""
-        return (f"backward's gradient for `{name}` has shape {_shape(r)}, but `{name}` has shape "
-                f"{_shape(e)}: each gradient must have its input's shape.{hint}")
+        what = "a NumPy array" if type(r).__module__ == "numpy" else f"a {type(r).__name__}"
+        return (f"backward returned {what} as the gradient for `{name}`; return a tensor of {name}'s shape "
+                f"{_shape(e)}" + (" (torch.as_tensor(array, device=grad_output.device))." if "NumPy" in what else "."))
     if r.device != e.device:
         return (f"backward returned {_a_tensor_on(r.device)} as the gradient for `{name}`, which is on {e.device}: "
                 f"{_DEVICE_RULE}")
-    if r.dtype != e.dtype:
-        return (f"backward's gradient for `{name}` has dtype {_dtype(r)}, but `{name}` is "
-                f"{_dtype(e)}: make new tensors with dtype={name}.dtype (or torch.zeros_like / "
-                f"torch.ones_like).")
+    summed = r.shape != e.shape and _broadcasts_to(r.shape, e.shape)
+    cast = r.dtype != want and r.is_floating_point()
+    if r.shape != e.shape and not summed or summed and inputs.strict_gradients:
+        return _wrong_shape(got, j, name, expected, inputs, rtol, atol, summed)
+    if r.dtype != want and (inputs.strict_gradients or not cast):
+        return (f"backward's gradient for `{name}` has dtype {_dtype(r)}, but `{name}` is {_dtype_name(want)}"
+                f"{_AUTOGRAD_CASTS if cast else ''}: make new tensors with dtype={name}.dtype (or "
+                f"torch.zeros_like / torch.ones_like).")
     return None
+
+
+_AUTOGRAD_CASTS = (" (autograd would cast it to the input's dtype, and this test asks for each gradient in its "
+                   "input's dtype, as backward returns it)")
+
+
+def _wrong_shape(got, j, name, expected, inputs, rtol, atol, summed: bool) -> str:
+    """A gradient whose shape is not its input's: whose it is, when that shows (a swap, a transpose)."""
+    r, e = got[j], expected[j]
+    # A swap: this gradient is another input's, and that input's own gradient is wrong too.
+    others = [k for k, e_k in enumerate(expected) if k != j and _close(r, e_k, rtol, atol)
+              and not _is_tensor_close(got[k], e_k, rtol, atol)]
+    if others:
+        other = inputs.names[inputs.tensor_positions[others[0]]]
+        hint = (f" It is the gradient of `{other}`: backward returns its gradients in the wrong "
+                f"order. Return them in the order of forward's arguments.")
+    elif r.dim() >= 2 and r.mT.shape == e.shape and _close(r.mT, e, rtol, atol):
+        hint = " It is the transpose of the right gradient: swap the matrix product's order or transpose it."
+    elif summed:
+        hint = (f" Autograd would sum it down to {_shape(e)} (it sums a gradient over the dimensions "
+                f"broadcasting added or stretched), and this test asks for each gradient in its input's shape, "
+                f"as backward returns it: reduce it yourself ({name}'s gradient .sum_to_size({name}.shape)).")
+    else:
+        hint = ""
+    return (f"backward's gradient for `{name}` has shape {_shape(r)}, but `{name}` has shape "
+            f"{_shape(e)}: each gradient must have its input's shape.{hint}")
+
+
+def _tidied(gradient, like, dtype):
+    """A gradient as autograd leaves it for an input like ``like``: summed to its shape, cast to ``dtype``."""
+    if not isinstance(gradient, _Tensor):
+        return gradient
+    if gradient.shape != like.shape and _broadcasts_to(gradient.shape, like.shape):
+        gradient = gradient.sum_to_size(like.shape)
+    return gradient.to(dtype) if gradient.is_floating_point() else gradient
 
 
 def _diagnose(inputs, case, j, g, expected, rtol, atol, student, torch_gradients) -> str:
@@ -340,12 +371,7 @@ def _diagnose(inputs, case, j, g, expected, rtol, atol, student, torch_gradients
             return (" It does not change when grad_output changes: you forgot to multiply by "
                     "grad_output (the chain rule: return grad_output * local derivative).")
         return " It does not depend on grad_output: multiply the local derivative by grad_output."
-    scale = _scale(g, e)
-    if scale is not None:
-        if abs(scale + 1) < 1e-6:
-            return " Its sign is flipped."
-        return f" It is {scale:.4g} times the right gradient: a constant factor is off."
-    return ""
+    return _scaled(g, e, rtol, atol, "gradient")
 
 
 def _diagnose_tangent(inputs, tangents, k, g, e, rtol, atol, student, torch_tangents) -> str:
@@ -367,10 +393,7 @@ def _diagnose_tangent(inputs, tangents, k, g, e, rtol, atol, student, torch_tang
                 wrong.append(f"`{inputs.names[i]}`")
         if wrong:
             return f" The part that comes from the tangent of {' and '.join(wrong)} is wrong."
-    scale = _scale(g, e)
-    if scale is not None:
-        return " Its sign is flipped." if abs(scale + 1) < 1e-6 else f" It is {scale:.4g} times the right tangent."
-    return ""
+    return _scaled(g, e, rtol, atol, "tangent")
 
 
 def _returned_none(needed: list[str], names: list[str]) -> str:
@@ -382,13 +405,28 @@ def _returned_none(needed: list[str], names: list[str]) -> str:
             f"input that needs none.")
 
 
-def _scale(got, expected):
-    """c when ``got`` is ``c * expected`` for a constant c far from 1, else None."""
-    norm = float((expected * expected).sum())
-    if norm == 0:
+def _scaled(got, expected, rtol: float, atol: float, what: str) -> str:
+    """' Its sign is flipped.' or ' It is c times the right {what}...' when ``got`` is ``c * expected``, else ""."""
+    scale = _scale(got, expected, rtol, atol)
+    if scale is None:
+        return ""
+    if abs(scale + 1) <= max(rtol, 1e-6):
+        return " Its sign is flipped."
+    return f" It is {scale:.4g} times the right {what}" + (": a constant factor is off." if what == "gradient" else ".")
+
+
+def _scale(got, expected, rtol: float, atol: float):
+    """c when ``got`` is ``c * expected`` (within the check's tolerances) for a constant c away from 1, else None.
+
+    Only where the values can show it: a ratio of single numbers is always some c, so at least two elements
+    of ``expected`` must be clearly non-zero and differ from each other."""
+    expected, got = expected.detach().to(_float64), got.detach().to(_float64)
+    clear = expected.abs() > atol + rtol * expected.abs().max()
+    values = expected[clear]
+    if values.numel() < 2 or bool(_isclose(values, values[0], rtol=rtol, atol=atol).all()):
         return None
-    c = float((got * expected).sum()) / norm
-    if abs(c - 1) > 1e-3 and _allclose(got, c * expected, rtol=1e-6, atol=1e-9):
+    c = float((got * expected).sum()) / float((expected * expected).sum())
+    if abs(c - 1) > max(10 * rtol, 1e-3) and _allclose(got, c * expected, rtol=rtol, atol=atol):
         return c
     return None
 
@@ -404,23 +442,50 @@ def _broadcasts_to(shape, target) -> bool:
 # Showing values
 
 
-def _difference(expected, got) -> str:
-    """Where and by how much ``got`` differs from ``expected`` (shown from CPU float64 copies)."""
+def _difference(expected, got, rtol: float, atol: float) -> str:
+    """Where and by how much ``got`` differs from ``expected`` (shown from CPU float64 copies), and what the
+    check allows: |yours - torch| <= atol + rtol * |torch|, the tolerances named, and how to change them."""
     if got.device != expected.device:
         return f"It is on {got.device}, expected on {expected.device}."
+    dtype = got.dtype
     expected = expected.detach().cpu().to(_float64)
     got = got.detach().cpu().to(_float64)
     error = (got - expected).abs()
-    wrong = ~_isclose(got, expected, rtol=RTOL, atol=ATOL, equal_nan=True)
-    flat = int(error.nan_to_num(float("inf")).argmax()) if error.numel() else 0
+    wrong = ~_isclose(got, expected, rtol=rtol, atol=atol, equal_nan=True)
+    excess = (error - rtol * expected.abs()).nan_to_num(float("inf"))
+    flat = int(excess.argmax()) if error.numel() else 0
     index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), expected.shape)) if expected.dim() else ()
     at = f" at index {list(index)}" if index else ""
-    lines = [f"{int(wrong.sum())} of {expected.numel()} elements differ; the largest error is "
-             f"{float(error.flatten()[flat]):.3g}{at} (torch {float(expected.flatten()[flat]):.6g}, "
-             f"yours {float(got.flatten()[flat]):.6g})."]
+    want, have = float(expected.flatten()[flat]), float(got.flatten()[flat])
+    lines = [f"{int(wrong.sum())} of {expected.numel()} elements differ by more than the tolerance; the worst is"
+             f"{at}: torch {_number(want, have)}, yours {_number(have, want)}, a difference of "
+             f"{abs(have - want):.3g} where {atol + rtol * abs(want):.3g} is allowed "
+             f"(atol + rtol * |torch|, {_tolerance_words(rtol, atol, dtype)})."]
     if expected.numel() <= 8:
         lines.append(f"torch: {_values(expected)}\nyours: {_values(got)}")
     return "\n".join(lines)
+
+
+def _number(value: float, other: float) -> str:
+    """``value`` with as many significant digits as it takes to tell it from ``other`` (6 to 17)."""
+    for digits in range(6, 18):
+        if f"{value:.{digits}g}" != f"{other:.{digits}g}":
+            return f"{value:.{digits}g}"
+    return f"{value:.17g}"
+
+
+def _tolerance_words(rtol: float, atol: float, dtype) -> str:
+    """'rtol=1e-06, atol=1e-08, the checker's defaults in float64; pass rtol= and atol= to the check to change
+    them' (or the defaults of the dtype the code ran in, or the test's own)."""
+    if rtol == atol == 0:
+        return "integer values must match exactly"
+    if (rtol, atol) == (RTOL, ATOL):
+        whose = "the checker's defaults in float64"
+    elif (rtol, atol) == DTYPE_TOLERANCES.get(dtype):
+        whose = f"{_dtype_name(dtype)}'s defaults, as in torch.testing.assert_close"
+    else:
+        whose = "the test's own, or the least the device allows"
+    return f"rtol={rtol:.3g}, atol={atol:.3g}, {whose}; pass rtol= and atol= to the check to change them"
 
 
 def _values(t) -> str:
@@ -432,7 +497,11 @@ def _shape(t) -> str:
 
 
 def _dtype(t) -> str:
-    return str(t.dtype).replace("torch.", "")
+    return _dtype_name(t.dtype)
+
+
+def _dtype_name(dtype) -> str:
+    return str(dtype).replace("torch.", "")
 
 
 def _output_label(k: int, count: int, what: str = "forward's output") -> str:
@@ -449,3 +518,22 @@ def _a_value_of_type(value) -> str:
         return "None"
     kind = type(value).__name__
     return f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}"
+
+
+def _same_value(got, want) -> bool:
+    """Whether a non-tensor output is the reference's (a NumPy array: same shape, values within 1e-6)."""
+    if type(want).__module__ == "numpy" and hasattr(want, "shape"):
+        import numpy
+
+        return (type(got) is type(want) and got.shape == want.shape
+                and bool(numpy.allclose(got, want, rtol=RTOL, atol=ATOL, equal_nan=True)))
+    try:
+        return type(got) is type(want) and bool(got == want)
+    except Exception:  # noqa: BLE001 - a comparison that fails is no match
+        return False
+
+
+def _short(value) -> str:
+    """A value's repr on one line, cut to 80 characters (a type name for a tensor)."""
+    text = " ".join(repr(value).split())
+    return text if len(text) <= 80 else text[:77] + "..."

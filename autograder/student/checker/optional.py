@@ -86,7 +86,7 @@ def _vmap_layout(function, reference, inputs, report, rtol, atol, label, dims) -
         if not _close(got_grads[j], e, rtol, atol):
             ok = False
             report.add(f"{label}: the per-example gradient for `{inputs.names[i]}` is wrong (the first index "
-                       f"is the example in the batch).{hint}\n{_difference(e, got_grads[j])}")
+                       f"is the example in the batch).{hint}\n{_difference(e, got_grads[j], rtol, atol)}")
     return ok
 
 
@@ -130,7 +130,7 @@ def _check_forward_ad(function, reference, inputs, report, rtol, atol) -> None:
                                  torch_tangents=lambda t: _expected_tangents(reference, inputs, t))
         report.add(f"{label}: the tangent of {_output_label(k, len(got))} is wrong.{hint}\n"
                    f"For random input tangents, compared with forward-mode AD on the reference: "
-                   f"{_difference(e, g)}")
+                   f"{_difference(e, g, rtol, atol)}")
 
 
 def _student_tangents(function, inputs, tangents, label) -> list:
@@ -213,7 +213,7 @@ def _check_double_backward(function, reference, inputs, report, rtol, atol) -> N
                     "the inputs or outputs instead and compute the rest in backward.")
         report.add(f"{label}: the derivative of backward's result with respect to {names[j]} is wrong "
                    f"(gradgradcheck would fail).{hint}\nFor random grad_output and directions, compared "
-                   f"with torch autograd on the reference: {_difference(e, g)}")
+                   f"with torch autograd on the reference: {_difference(e, g, rtol, atol)}")
 
 
 def _second_derivatives(run, inputs, used, upstream, directions):
@@ -262,7 +262,7 @@ def _check_under_compile(function, reference, inputs, report, rtol, atol) -> Non
             g = g.detach() if g is not None else _zeros_like(e)
             if not _close(g, e, rtol, atol):
                 report.add(f"{label}: the gradient for `{inputs.names[i]}` is wrong, though it is right "
-                           f"without compiling.\n{_difference(e, g)}")
+                           f"without compiling.\n{_difference(e, g, rtol, atol)}")
     finally:
         _compiler_reset()
 
@@ -294,7 +294,7 @@ def _outputs_match(label, got, expected, report, rtol, atol, hint: str = "") -> 
             report.add(f"{label}: {what} has dtype {_dtype(g)}, expected {_dtype(e)}.")
         elif not (_equal(g, e) if not e.is_floating_point() else _close(g, e, rtol, atol)):
             report.add(f"{label}: {what} is wrong, though it is right without the transform.{hint}\n"
-                       f"{_difference(e, g)}")
+                       f"{_difference(e, g, rtol, atol)}")
         else:
             continue
         ok = False
