@@ -134,8 +134,9 @@ def _where(kernel: str, verb: str, address: int, count: int, ranges) -> str:
     name, start, end, numel, size = min(ranges, key=lambda r: abs(address - min(max(address, r[1]), r[2] - 1)))
     elements = f"{count} element{'s' if count > 1 else ''}"
     return (f"out of bounds: {kernel} {verb} {elements} outside the tensors it was given, the first at element "
-            f"{(address - start) // size:,} of `{name}` ({numel:,} elements). Is a mask missing, or off by one "
-            f"(offsets <= n instead of offsets < n)?")
+            f"{(address - start) // size:,} of `{name}` ({numel:,} elements). Offsets reach past a tensor when a "
+            f"mask is missing or off by one (offsets <= n instead of offsets < n), when a stride or block offset is "
+            f"wrong, or when a non-contiguous tensor is read as if it were contiguous.")
 
 
 def _itemsize(dtype) -> int:

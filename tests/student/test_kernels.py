@@ -88,7 +88,8 @@ def _mistaken(tmp_path, old: str, new: str) -> dict:
 
 MISTAKES = [
     ("bias_gelu_forward", "(37, 1000)", "inside = (rows[:, None] < n_rows)", "inside = (rows[:, None] <= n_rows)",
-     "the first at element 37,000 of `x_ptr` (37,000 elements). Is a mask missing, or off by one"),
+     "the first at element 37,000 of `x_ptr` (37,000 elements). Offsets reach past a tensor when a mask is missing "
+     "or off by one"),
     ("bias_gelu_forward", "(37, 1000)", 'triton.cdiv(n_rows, meta["BLOCK_ROWS"])', 'n_rows // meta["BLOCK_ROWS"]',
      "never written in the last 5 rows (of 37), and right everywhere else: the grid stops short of the end"),
     ("bias_gelu_forward", "(37, 1100)", 'triton.cdiv(n_columns, meta["BLOCK_COLUMNS"])',

@@ -18,8 +18,11 @@ import contextlib
 
 import torch
 
+from autograder.student.checker.callables import argument_names
 from autograder.student.checker.harness import _copies, as_data, same_data, short
-from autograder.student.checker.references import _Tensor
+from autograder.student.checker.layouts import stride_problem
+from autograder.student.checker.messages import _difference
+from autograder.student.checker.references import LAYOUTS, _Tensor, can_lay_out, laid_out
 
 TILE_SIDES = tuple(2 ** k for k in range(11))  # square tiles a kernel may use: 1 ... 1024
 
@@ -30,8 +33,11 @@ def check_kernel(function, reference, *args, rtol: float = 1e-5, atol: float = 1
     Results are tensors, or tuples of them; tensors are compared within ``rtol`` and ``atol``
     (float32 kernels round differently from torch). Raises AssertionError saying what is wrong and,
     where the pattern shows it, which mistake: a forgotten tail, elements never written, a sum
-    over the wrong axis, one block's partial sum where all of them should be added.
+    over the wrong axis, one block's partial sum where all of them should be added. Once the results
+    are right, the function runs again on a slice and on a transposed view of its arguments of two or
+    more dimensions (``layouts``): a stride mistake is named as one.
     """
+    __tracebackhide__ = True  # noqa: F841 - IPython leaves the checker's frames out of a failing test's traceback
     name = getattr(function, "__name__", "your function")
     try:
         with fresh_memory_is_nan():
@@ -41,9 +47,40 @@ def check_kernel(function, reference, *args, rtol: float = 1e-5, atol: float = 1
             raise
         raise AssertionError(kernel_problem(name, None, None, error=f"{type(error).__name__}: {error}")) from error
     want = as_data(reference(*_copies(args)))
-    problem = kernel_problem(name, got, want, rtol, atol)
+    problem = kernel_problem(name, got, want, rtol, atol) or _on_layouts(name, function, args, want, rtol, atol)
     if problem:
         raise AssertionError(problem)
+
+
+def _on_layouts(name: str, function, args, want, rtol: float, atol: float) -> str | None:
+    """What goes wrong when the arguments of two or more dimensions come as a slice, then as a transposed view
+    (the same values: ``layouts``), said as a stride mistake; None if nothing does."""
+    names = argument_names(function, len(args))
+    for layout in LAYOUTS:
+        which = [n for n, a in zip(names, args) if can_lay_out(a, layout)]
+        if not which:
+            continue
+        try:
+            with fresh_memory_is_nan():
+                got = as_data(function(*[laid_out(a, layout, pad=0.0) for a in _copies(args)]))
+        except Exception as error:  # noqa: BLE001 - what it raised on that layout is the finding
+            problem = f"{name} raised {type(error).__name__}: {str(error)[:300]}"
+        else:
+            problem = _values_differ(name, got, want, rtol, atol)
+        if problem:
+            return stride_problem(layout, which, problem)
+    return None
+
+
+def _values_differ(name: str, got, want, rtol: float, atol: float) -> str | None:
+    """Which result differs and by how much, without the contiguous run's patterns (a tail, NaN as never
+    written: on a slice or a transposed view a stride mistake makes those too); else ``kernel_problem``'s word."""
+    many = isinstance(want, (list, tuple)) and isinstance(got, (list, tuple)) and len(got) == len(want)
+    for k, (g, w) in enumerate(zip(got, want) if many else [(got, want)]):
+        if (isinstance(g, _Tensor) and isinstance(w, _Tensor) and g.shape == w.shape and g.dtype == w.dtype
+                and w.is_floating_point() and not torch.allclose(g, w, rtol=rtol, atol=atol, equal_nan=True)):
+            return f"{name}'s result{f' {k}' if many else ''} is wrong: {_difference(w, g, rtol, atol)}"
+    return kernel_problem(name, got, want, rtol, atol)
 
 
 @contextlib.contextmanager

@@ -57,30 +57,38 @@ def stride_problem(layout: str, names: list[str], problem: str) -> str:
 def check_layouts(function, reference, inputs, report, rtol, atol, backward: bool) -> None:
     """Run the Function again on non-contiguous inputs (and, with ``backward``, non-contiguous upstream
     gradients); report the first layout on which an output or a gradient changes."""
+    outputs = lambda laid, found: _check_forward(function, reference, laid, found, rtol, atol)  # noqa: E731
+    gradients = (lambda laid, found: _check_gradients(function, reference, laid, found, rtol, atol)) if backward else None
+    try_layouts(reference, inputs, report, outputs, gradients)
+
+
+def try_layouts(reference, inputs, report, outputs, gradients=None) -> None:
+    """``outputs(laid, found)`` (and ``gradients(laid, found)``) check the student's code on ``laid``, inputs
+    laid out (and upstream gradients laid out), adding what they find to ``found``; the first layout that
+    finds something is reported, as a stride mistake."""
     for layout in LAYOUTS:
         names = laid_out_names(inputs.args, inputs.names, layout)
-        if names and _layout_fails(function, reference, replace(inputs, layout=layout), report, rtol, atol,
-                                   backward, lambda problem: stride_problem(layout, names, problem)):
+        if names and _layout_fails(replace(inputs, layout=layout), report, [outputs, gradients],
+                                   lambda problem: stride_problem(layout, names, problem)):
             return
-    if not backward:
+    if gradients is None:
         return
-    outputs = _as_tuple(_run_reference(reference, inputs.fresh(precise=True)[0]))
+    results = _as_tuple(_run_reference(reference, inputs.fresh(precise=True)[0]))
     for layout in LAYOUTS:
-        if any(isinstance(o, _Tensor) and o.requires_grad and can_lay_out(o, layout) for o in outputs) and \
-                _layout_fails(function, reference, replace(inputs, grad_layout=layout), report, rtol, atol, True,
+        if any(isinstance(o, _Tensor) and o.requires_grad and can_lay_out(o, layout) for o in results) and \
+                _layout_fails(replace(inputs, grad_layout=layout), report, [gradients],
                               lambda problem: stride_problem(layout, [], problem)):
             return
 
 
-def _layout_fails(function, reference, inputs, report, rtol, atol, backward, said) -> bool:
-    """Forward (and backward for random upstream gradients) on ``inputs`` as laid out; a problem goes into
+def _layout_fails(inputs, report, checks, said) -> bool:
+    """Run ``checks`` (each ``check(inputs, found)``, None for none) until one finds a problem; it goes into
     ``report`` as ``said`` words it. Returns whether there was one."""
     found = _Report("")
     try:
-        if inputs.layout is not None:
-            _check_forward(function, reference, inputs, found, rtol, atol)
-        if backward and not found.problems:
-            _check_gradients(function, reference, inputs, found, rtol, atol)
+        for check in checks:
+            if check is not None and not found.problems:
+                check(inputs, found)
     except _StudentError as err:
         found.add(err.message)
     if found.problems:

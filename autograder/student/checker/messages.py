@@ -484,7 +484,7 @@ def _tolerance_words(rtol: float, atol: float, dtype) -> str:
     elif (rtol, atol) == DTYPE_TOLERANCES.get(dtype):
         whose = f"{_dtype_name(dtype)}'s defaults, as in torch.testing.assert_close"
     else:
-        whose = "the test's own, or the least the device allows"
+        whose = "the check's own or the test's"
     return f"rtol={rtol:.3g}, atol={atol:.3g}, {whose}; pass rtol= and atol= to the check to change them"
 
 

@@ -241,19 +241,19 @@ LAYOUTS = (SLICE, TRANSPOSED)
 _PAD = 3  # columns of NaN beside each row of a slice: a kernel that reads past a row's end reads NaN
 
 
-def laid_out(value, layout):
+def laid_out(value, layout, pad: float = float("nan")):
     """``value`` (a float tensor of two or more dimensions) as ``layout`` lays it out, differentiably: the same
     values in memory of other strides; ``value`` itself when it cannot be (fewer dimensions, a single row).
 
     A slice: the first columns of a wider tensor, so each row starts ``stride(-2)`` elements after the last,
     more than its length (``x[:, :n]``); a transposed view: the transpose of a contiguous tensor, so a row's
-    elements are ``stride(-1)`` apart (``y.mT``).
+    elements are ``stride(-1)`` apart (``y.mT``). ``pad`` fills the columns beside a slice's rows.
     """
     if layout is None or not can_lay_out(value, layout):
         return value
     if layout == SLICE:
-        pad = value.new_full((*value.shape[:-1], _PAD), float("nan")).detach()
-        return _cat([value, pad], -1)[..., :value.shape[-1]]
+        beside = value.new_full((*value.shape[:-1], _PAD), pad).detach()
+        return _cat([value, beside], -1)[..., :value.shape[-1]]
     return value.mT.contiguous().mT
 
 
