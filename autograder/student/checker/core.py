@@ -18,7 +18,7 @@ from autograder.student.checker.messages import (
 )
 from autograder.student.checker.flags import _FLAG_RULE, _explain_needs_input_grad_error, _flag_branches, _wrong_flag
 from autograder.student.checker.references import (
-    _allclose, _as_tuple, _autograd_grad, _Case, _close, _draw, _engine_module, _equal, _Function, _Generator,
+    _allclose, _as_tuple, _autograd_backward, _autograd_grad, _Case, _close, _draw, _engine_module, _equal, _Function, _Generator,
     _graph_node, _HandedBackToAutograd, _TORCH_BASES, laid_out, _Inputs, _is_float_tensor, _no_grad, _StudentError, _Tensor,
     _zeros_like,
 )
@@ -42,6 +42,22 @@ def _check_is_function_class(function, name: str) -> None:
     for method in ("forward", "backward"):
         if not _defines(function, method) and (method == "forward" or not _defines(function, "vjp")):
             raise AssertionError(f"{name} does not define {method}(ctx, ...).")
+    legacy = [m for m in _undecorated(function) if _first_parameter(getattr(function, m)) == "self"]
+    if legacy:
+        methods, has = " and ".join(legacy), "has" if len(legacy) == 1 else "have"
+        raise AssertionError(
+            f"{name} is written in PyTorch's legacy style: {methods} {has} no @staticmethod and take `self` "
+            f"first. {name}.apply(...) runs it anyway (torch passes ctx as `self`), but the legacy call "
+            f"{name}()(x) raises \"Legacy autograd function with non-static forward method is deprecated\", and "
+            f"nothing set on `self` in __init__ is there. Put @staticmethod on the line above each 'def', take ctx "
+            f"first, and call {name}.apply(x), with settings as arguments of apply, kept on ctx.")
+
+
+def _first_parameter(method) -> str | None:
+    try:
+        return next(iter(inspect.signature(method).parameters), None)
+    except (TypeError, ValueError):
+        return None
 
 
 def _defines(function, method: str) -> bool:
@@ -230,6 +246,9 @@ def _expected_gradients(reference, inputs, used, upstream) -> list:
 
 
 def _student_gradients(function, inputs, used, upstream) -> list:
+    """The gradients autograd gives each tensor input for ``upstream`` on the ``used`` outputs; with
+    ``inputs.autograd_in_backward``, by ``.backward()``, as reentrant checkpointing needs (it refuses
+    ``torch.autograd.grad``)."""
     call, leaves = inputs.fresh()
     outputs = _as_tuple(_run_student("forward", lambda: function.apply(*call), inputs))
     for k in used:
@@ -238,12 +257,13 @@ def _student_gradients(function, inputs, used, upstream) -> list:
                 f"forward's output {k} is not connected to the inputs (it has no grad_fn): "
                 f"return a new tensor computed in forward, not a detached or .data copy."
             )
-    grads = _run_student(
-        "backward",
-        lambda: _autograd_grad([outputs[k] for k in used], leaves, _handed(upstream, [outputs[k] for k in used], inputs),
-                               allow_unused=True),
-        inputs,
-    )
+    chosen = [outputs[k] for k in used]
+    if inputs.autograd_in_backward:
+        _run_student("backward", lambda: _autograd_backward(chosen, _handed(upstream, chosen, inputs)), inputs)
+        grads = [leaf.grad for leaf in leaves]
+    else:
+        grads = _run_student("backward", lambda: _autograd_grad(chosen, leaves, _handed(upstream, chosen, inputs),
+                                                                allow_unused=True), inputs)
     return [g.detach() if g is not None else None for g in grads]
 
 

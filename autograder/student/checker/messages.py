@@ -80,6 +80,16 @@ _TORCH_ERRORS = [
      lambda m, names: "an `if` (or `while`, or bool()) on a tensor's value: under vmap one call handles "
                       "the whole batch, so Python cannot take a different branch for each example. "
                       "Compute without the `if` (torch.where, torch.clamp)."),
+    (r"a leaf Variable that requires grad (?:is being|has been) used in an in-place operation",
+     lambda m, names: "forward modified its input in place, and the check hands it a leaf tensor that requires "
+                      "grad, which autograd forbids to change: an in-place Function (with ctx.mark_dirty) is "
+                      "checked with check_function(..., inplace=True), which hands it a copy; any other forward "
+                      "computes a new tensor (x * 2, not x.mul_(2))."),
+    (r"An input that has been returned as-is as output is being saved for backward",
+     lambda m, names: "forward returned one of its inputs as it is, and setup_context saved it for backward. "
+                      "Torch refuses that unless forward changed the input in place and setup_context marked it "
+                      "with ctx.mark_dirty(input) (an in-place Function must), and under torch.func (vmap, grad) "
+                      "even then: otherwise return, and save, a new tensor (x.clone()) or a view (x.view_as(x))."),
     (r"does not require grad and does not have a grad_fn",
      lambda m, names: "an output of forward is not connected to the inputs: return new tensors "
                       "computed in forward, not detached copies."),

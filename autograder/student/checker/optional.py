@@ -51,7 +51,7 @@ def _vmap_layout(function, reference, inputs, report, rtol, atol, label, dims) -
     for i in dims:
         for example in examples[1:]:
             example[i] = _permuted(inputs.args[i], gen)
-    examples = [_Inputs(tuple(e), inputs.names, constants=inputs.constants) for e in examples]
+    examples = [_Inputs(tuple(e), inputs.names, constants=inputs.constants, dtype=inputs.dtype) for e in examples]
     batched = [_stack([_as_float64(e.args[i]) for e in examples], dim=dims[i]) if i in dims else _as_float64(a)
                for i, a in enumerate(inputs.args)]
     in_dims = tuple(dims.get(i) for i in range(len(batched)))
@@ -59,7 +59,8 @@ def _vmap_layout(function, reference, inputs, report, rtol, atol, label, dims) -
     moved = hand_written and any(dims.get(i) != 0 for i in inputs.tensor_positions)
 
     try:
-        got = _as_tuple(_run_option(label, lambda: _vmap(_applier(function), in_dims=in_dims)(*batched), inputs))
+        got = _as_tuple(_run_option(label, lambda: _vmap(_applier(function, inputs.inplace), in_dims=in_dims)(*batched),
+                                    inputs))
     except _StudentError as err:
         if hand_written and "(in vmap," in err.message and "None" in err.message:
             raise _StudentError(f"{err.message} in_dims holds None for an argument that is not batched: "
@@ -103,7 +104,7 @@ def _vmapped_gradients(function, inputs, batched, in_dims, used, cotangents):
         def used_outputs(*tensors):
             call = list(args)
             for i, t in zip(positions, tensors):
-                call[i] = t
+                call[i] = t.clone() if inputs.inplace else t  # an in-place Function changes a copy, never a primal
             outputs = _as_tuple(function.apply(*call))
             return tuple(outputs[k] for k in used)
 
@@ -247,7 +248,7 @@ def _check_under_compile(function, reference, inputs, report, rtol, atol) -> Non
     label = "under torch.compile"
     _compiler_reset()
     try:
-        compiled = _torch_compile(_applier(function), backend=COMPILE_BACKEND, fullgraph=True)
+        compiled = _torch_compile(_applier(function, inputs.inplace), backend=COMPILE_BACKEND, fullgraph=True)
         call, leaves = inputs.fresh()
         got = _as_tuple(_run_compiled(label, lambda: compiled(*call), inputs))
         expected = _as_tuple(_run_reference(reference, inputs.fresh()[0]))
@@ -267,11 +268,12 @@ def _check_under_compile(function, reference, inputs, report, rtol, atol) -> Non
         _compiler_reset()
 
 
-def _applier(function):
-    """A plain function that calls ``function.apply``: what vmap and torch.compile transform."""
+def _applier(function, inplace: bool = False):
+    """A plain function that calls ``function.apply``: what vmap and torch.compile transform; with ``inplace``,
+    on copies of the tensor arguments, which an in-place Function may change."""
 
     def apply(*args):
-        return function.apply(*args)
+        return function.apply(*[a.clone() if inplace and isinstance(a, _Tensor) else a for a in args])
 
     return apply
 

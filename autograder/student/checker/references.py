@@ -21,6 +21,7 @@ _TORCH_BASES = frozenset(_Function.__mro__) | {torch.autograd.function.InplaceFu
                                                 torch.autograd.function.NestedIOFunction}
 _Module = torch.nn.Module
 _autograd_grad = torch.autograd.grad
+_autograd_backward = torch.autograd.backward
 _no_grad = torch.no_grad
 _allclose = torch.allclose
 _equal = torch.equal
