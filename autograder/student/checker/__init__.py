@@ -77,9 +77,9 @@ def check_function(function, reference, *args, rtol: float | None = None, atol: 
       does (otherwise that is reported: a backward is meant to compute the gradients itself).
     - ``dtype``: ``"keep"`` hands the Function each float tensor in its own dtype, a float dtype
       (``torch.float32``, ``torch.float16``, ``torch.bfloat16``) in that one, for code that works in
-      it only (a Triton kernel, fake quantisation); the reference still runs in float64 on the same
-      values, and ``rtol``/``atol`` default to ``torch.testing.assert_close``'s for the least precise
-      dtype (float32: 1.3e-6 and 1e-5). Without it, the defaults are 1e-6 and 1e-8 in float64.
+      it only (a Triton kernel, fake quantisation); the reference gets the same, and ``rtol``/``atol``
+      default to ``torch.testing.assert_close``'s for the least precise dtype (float32: 1.3e-6 and
+      1e-5), as for two results in that dtype. Without it, the defaults are 1e-6 and 1e-8 in float64.
     - ``strict_gradients``: each gradient backward returns must have its input's shape and dtype.
       By default a gradient that autograd sums to its input's shape (one that broadcasts to it) or
       casts to its dtype is judged as autograd leaves it, as torch documents; a course exercise that

@@ -75,9 +75,8 @@ def check_callable(function, reference, *args, rtol: float | None = None, atol: 
 def _outputs(name, run, reference, inputs, report, rtol, atol) -> tuple[tuple, tuple]:
     """(the callable's outputs, the reference's, in the checker's precision), compared into ``report``."""
     got = _call(run, inputs)[1]
-    expected = _call(lambda: lambda *a: _run_reference(reference, a), inputs, precise=True)[1]
-    typed = expected if inputs.dtype is None else _call(lambda: lambda *a: _run_reference(reference, a), inputs)[1]
-    _compare_outputs(got, expected, report, rtol, atol, who=name, dtypes=[getattr(t, "dtype", None) for t in typed])
+    expected = _call(lambda: lambda *a: _run_reference(reference, a), inputs, student=False)[1]
+    _compare_outputs(got, expected, report, rtol, atol, who=name)
     return got, expected
 
 
@@ -160,11 +159,11 @@ def _argument_names(function, count: int) -> list[str]:
     return (params + [f"input {i}" for i in range(len(params), count)])[:count]
 
 
-def _call(run, inputs, precise: bool = False, upstream=None, used=()):
+def _call(run, inputs, student: bool = True, upstream=None, used=()):
     """(the leaves, the outputs as a tuple) of ``run()`` called on fresh copies of the arguments (``inputs.fresh``);
-    the student's (``precise`` False) runs as student code. With ``upstream``, also the gradients of the ``used``
+    the ``student``'s runs as student code. With ``upstream``, also the gradients of the ``used``
     outputs for those upstream gradients, one per leaf (zeros for none)."""
-    call, leaves = inputs.fresh(precise=precise)
+    call, leaves = inputs.fresh()
 
     def go():
         outputs = _as_tuple(run()(*call))
@@ -175,11 +174,11 @@ def _call(run, inputs, precise: bool = False, upstream=None, used=()):
                 raise _StudentError(f"its output {k} is not connected to its inputs (it has no grad_fn): compute it "
                                     f"from the inputs with differentiable operations, not from a detached copy.")
         chosen = [outputs[k] for k in used]
-        grads = _autograd_grad(chosen, leaves, upstream if precise else _handed(upstream, chosen, inputs),
+        grads = _autograd_grad(chosen, leaves, _handed(upstream, chosen, inputs) if student else upstream,
                                allow_unused=True)
         return [g.detach() if g is not None else _zeros_like(leaf) for g, leaf in zip(grads, leaves)]
 
-    return leaves, (go() if precise else _run_student("the call", go, inputs))
+    return leaves, (_run_student("the call", go, inputs) if student else go())
 
 
 def _compare_gradients(name, run, reference, inputs, expected_outputs, used, report, rtol, atol,
@@ -193,7 +192,8 @@ def _compare_gradients(name, run, reference, inputs, expected_outputs, used, rep
         return _call(run, inputs, upstream=upstream, used=used)[1]
 
     def torch_gradients(upstream):
-        return _call(lambda: lambda *a: _run_reference(reference, a), inputs, precise=True, upstream=upstream, used=used)[1]
+        return _call(lambda: lambda *a: _run_reference(reference, a), inputs, student=False, upstream=upstream,
+                     used=used)[1]
 
     grads, right = student(upstream), torch_gradients(upstream)
     case = _Case(used, upstream, "", len(used) > 1)

@@ -14,7 +14,7 @@ import inspect
 from autograder.student.checker.messages import (
     _DEVICE_RULE, _a_tensor_on, _a_value_of_type, _count, _diagnose, _difference, _dtype, _is_tensor_close,
     _output_label, _raw_problem, _returned_none, _run_reference, _run_student, _shape, _short, _same_value, _tidied,
-    _dtype_name, wrong_gradient, wrong_output,
+    wrong_gradient, wrong_output,
 )
 from autograder.student.checker.flags import _FLAG_RULE, _explain_needs_input_grad_error, _flag_branches, _wrong_flag
 from autograder.student.checker.references import (
@@ -129,16 +129,13 @@ def _check_forward(function, reference, inputs, report, rtol, atol) -> None:
     versions = [a._version if isinstance(a, _Tensor) else None for a in call]
     got = _as_tuple(_run_student("forward", lambda: function.apply(*call), inputs))
     _check_modified_inputs(call, versions, got, inputs, report)
-    expected = _as_tuple(_run_reference(reference, inputs.fresh(precise=True)[0]))
-    typed = expected if inputs.dtype is None else _as_tuple(_run_reference(reference, inputs.fresh()[0]))
-    _compare_outputs(got, expected, report, rtol, atol, dtypes=[getattr(t, "dtype", None) for t in typed])
+    expected = _as_tuple(_run_reference(reference, inputs.fresh()[0]))
+    _compare_outputs(got, expected, report, rtol, atol)
 
 
-def _compare_outputs(got: tuple, expected: tuple, report, rtol, atol, who: str = "forward", dtypes=None) -> None:
+def _compare_outputs(got: tuple, expected: tuple, report, rtol, atol, who: str = "forward") -> None:
     """Report each output of ``who`` (forward, or a function's name) that differs from the reference's
-    in number, type, shape, dtype or value. ``dtypes``: the reference's output dtypes on inputs in the student's
-    dtypes (the values of ``expected`` are computed in the checker's precision); the same as ``expected``'s
-    when not given."""
+    in number, type, shape, dtype or value."""
     if len(got) != len(expected):
         report.add(
             f"{who} returned {_count(len(got), 'output')}, but the reference returns "
@@ -147,7 +144,6 @@ def _compare_outputs(got: tuple, expected: tuple, report, rtol, atol, who: str =
         report.raise_if_any()
     for k, (g, e) in enumerate(zip(got, expected)):
         label = _output_label(k, len(got), f"{who}'s output")
-        dtype = dtypes[k] if dtypes else getattr(e, "dtype", None)
         if not isinstance(e, _Tensor):
             if not _same_value(g, e):
                 report.add(f"{label} is {_short(g)}, expected {_short(e)}.")
@@ -159,10 +155,10 @@ def _compare_outputs(got: tuple, expected: tuple, report, rtol, atol, who: str =
             report.add(f"{label} has shape {_shape(g)}, expected {_shape(e)}.")
         elif g.device != e.device:
             report.add(f"{label} is {_a_tensor_on(g.device)}, but the inputs are on {e.device}: {_DEVICE_RULE}")
-        elif g.dtype != dtype:
+        elif g.dtype != e.dtype:
             why = ("new tensors made in forward should use the input's dtype" if e.is_floating_point()
                    else "integer outputs such as indices must keep their integer dtype")
-            report.add(f"{label} has dtype {_dtype(g)}, expected {_dtype_name(dtype)}: {why}.")
+            report.add(f"{label} has dtype {_dtype(g)}, expected {_dtype(e)}: {why}.")
         elif not e.is_floating_point() and not _equal(g, e):
             report.add(f"{label} is wrong (integer values must match exactly).\n{_difference(e, g, 0.0, 0.0)}")
         elif not _close(g, e, rtol, atol):
@@ -194,7 +190,7 @@ def _check_modified_inputs(call, versions, outputs, inputs, report) -> None:
 
 
 def _check_backward(function, reference, inputs, report, rtol, atol) -> None:
-    ref_outputs = _as_tuple(_run_reference(reference, inputs.fresh(precise=True)[0]))
+    ref_outputs = _as_tuple(_run_reference(reference, inputs.fresh()[0]))
     differentiable = [k for k, o in enumerate(ref_outputs) if isinstance(o, _Tensor) and o.requires_grad]
     if not differentiable:
         raise RuntimeError("the reference's outputs do not depend differentiably on any tensor input "
@@ -239,7 +235,7 @@ def _handed(upstream, outputs, inputs) -> list:
 
 
 def _expected_gradients(reference, inputs, used, upstream) -> list:
-    call, leaves = inputs.fresh(precise=True)
+    call, leaves = inputs.fresh()
     outputs = _as_tuple(_run_reference(reference, call))
     grads = _autograd_grad([outputs[k] for k in used], leaves, upstream, allow_unused=True)
     return [g if g is not None else _zeros_like(leaf) for g, leaf in zip(grads, leaves)]
@@ -355,7 +351,7 @@ def _raw_gradients(function, reference, inputs, case, report, rtol, atol):
 def _check_constant_gradient(reference, inputs, case, i, got, report, rtol, atol) -> None:
     """A constant needs no gradient, so None is right; a gradient backward returns anyway must be right."""
     name = inputs.names[i]
-    call = list(inputs.fresh(precise=True)[0])
+    call = list(inputs.fresh()[0])
     if not _is_float_tensor(call[i]):
         report.add(f"backward returned a gradient for the constant `{name}`, which is not a float tensor: "
                    f"return None in its place.")

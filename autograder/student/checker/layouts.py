@@ -73,7 +73,7 @@ def try_layouts(reference, inputs, report, outputs, gradients=None) -> None:
             return
     if gradients is None:
         return
-    results = _as_tuple(_run_reference(reference, inputs.fresh(precise=True)[0]))
+    results = _as_tuple(_run_reference(reference, inputs.fresh()[0]))
     for layout in LAYOUTS:
         if any(isinstance(o, _Tensor) and o.requires_grad and can_lay_out(o, layout) for o in results) and \
                 _layout_fails(replace(inputs, grad_layout=layout), report, [gradients],
@@ -98,7 +98,7 @@ def _layout_fails(inputs, report, checks, said) -> bool:
 
 def _check_gradients(function, reference, inputs, report, rtol, atol) -> None:
     """The gradients for random upstream gradients on every differentiable output, against torch's."""
-    outputs = _as_tuple(_run_reference(reference, inputs.fresh(precise=True)[0]))
+    outputs = _as_tuple(_run_reference(reference, inputs.fresh()[0]))
     used = [k for k, o in enumerate(outputs) if isinstance(o, _Tensor) and o.requires_grad]
     if not used:
         return

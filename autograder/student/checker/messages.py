@@ -22,7 +22,7 @@ import torch
 
 from autograder.student.checker.references import (
     _LIBRARY_DIRS, ATOL, DTYPE_TOLERANCES, RTOL, _allclose, _close, _float64, _HandedBackToAutograd, _Inputs, _isclose,
-    _ones_like, _StudentError, _Tensor, _zeros_like,
+    _is_float_tensor, _ones_like, _StudentError, _Tensor, _zeros_like,
 )
 
 # --------------------------------------------------------------------------------------------
@@ -381,7 +381,7 @@ def _diagnose(inputs, case, j, g, expected, rtol, atol, student, torch_gradients
             return (" It does not change when grad_output changes: you forgot to multiply by "
                     "grad_output (the chain rule: return grad_output * local derivative).")
         return " It does not depend on grad_output: multiply the local derivative by grad_output."
-    return _scaled(g, e, rtol, atol, "gradient")
+    return _scaled(g, e, rtol, atol, "gradient", _inputs_vary(inputs))
 
 
 def _diagnose_tangent(inputs, tangents, k, g, e, rtol, atol, student, torch_tangents) -> str:
@@ -403,7 +403,7 @@ def _diagnose_tangent(inputs, tangents, k, g, e, rtol, atol, student, torch_tang
                 wrong.append(f"`{inputs.names[i]}`")
         if wrong:
             return f" The part that comes from the tangent of {' and '.join(wrong)} is wrong."
-    return _scaled(g, e, rtol, atol, "tangent")
+    return _scaled(g, e, rtol, atol, "tangent", _inputs_vary(inputs))
 
 
 def _returned_none(needed: list[str], names: list[str]) -> str:
@@ -415,30 +415,32 @@ def _returned_none(needed: list[str], names: list[str]) -> str:
             f"input that needs none.")
 
 
-def _scaled(got, expected, rtol: float, atol: float, what: str) -> str:
-    """' Its sign is flipped.' or ' It is c times the right {what}...' when ``got`` is ``c * expected``, else ""."""
-    scale = _scale(got, expected, rtol, atol)
-    if scale is None:
+def _scaled(got, expected, rtol: float, atol: float, what: str, inputs_vary: bool) -> str:
+    """' Its sign is flipped.' or ' It is c times the right {what}...' when ``got`` is ``c * expected``, else "".
+
+    Only where the values can show it: a ratio of single numbers is always some c, and so is one of two
+    formulas' values at a single input value; so ``expected`` must hold two clearly non-zero values that
+    differ, and the inputs two values that differ (``inputs_vary``). The comparison allows the rounding of
+    two results in the check's dtype (4 * rtol, 4 * atol).
+    """
+    values = expected.detach().to(_float64).flatten()
+    values = values[values.abs() > atol + rtol * values.abs().max()] if values.numel() else values
+    if not inputs_vary or values.numel() < 2 or bool(_isclose(values, values[0], rtol=4 * rtol, atol=4 * atol).all()):
         return ""
-    if abs(scale + 1) <= max(rtol, 1e-6):
-        return " Its sign is flipped."
-    return f" It is {scale:.4g} times the right {what}" + (": a constant factor is off." if what == "gradient" else ".")
-
-
-def _scale(got, expected, rtol: float, atol: float):
-    """c when ``got`` is ``c * expected`` (within the check's tolerances) for a constant c away from 1, else None.
-
-    Only where the values can show it: a ratio of single numbers is always some c, so at least two elements
-    of ``expected`` must be clearly non-zero and differ from each other."""
     expected, got = expected.detach().to(_float64), got.detach().to(_float64)
-    clear = expected.abs() > atol + rtol * expected.abs().max()
-    values = expected[clear]
-    if values.numel() < 2 or bool(_isclose(values, values[0], rtol=rtol, atol=atol).all()):
-        return None
-    c = float((got * expected).sum()) / float((expected * expected).sum())
-    if abs(c - 1) > max(10 * rtol, 1e-3) and _allclose(got, c * expected, rtol=rtol, atol=atol):
-        return c
-    return None
+    norm = float((expected * expected).sum())
+    c = float((got * expected).sum()) / norm if norm else 1.0
+    if abs(c - 1) <= 4 * rtol or not _allclose(got, c * expected, rtol=4 * rtol, atol=4 * atol):
+        return ""
+    if abs(c + 1) <= 4 * rtol:
+        return " Its sign is flipped."
+    return f" It is {c:.4g} times the right {what}" + (": a constant factor is off." if what == "gradient" else ".")
+
+
+def _inputs_vary(inputs) -> bool:
+    """Whether the float tensor inputs hold at least two different values between them."""
+    values = [a.detach().flatten() for a in inputs.args if _is_float_tensor(a) and a.numel()]
+    return any(bool((v != v[0]).any()) for v in values) or len({float(v[0]) for v in values}) > 1
 
 
 def _broadcasts_to(shape, target) -> bool:

@@ -101,12 +101,11 @@ class _Inputs:
         """The dtype the student's Function gets the float tensor ``value`` in."""
         return _working_dtype(value, self.dtype)
 
-    def fresh(self, requires=None, precise: bool = False) -> tuple[tuple, list]:
-        """(arguments to call with, leaves to differentiate with respect to).
+    def fresh(self, requires=None) -> tuple[tuple, list]:
+        """(arguments to call with, leaves to differentiate with respect to), for the student's code and the
+        reference alike.
 
-        Float tensors become new leaves in their working dtype (``working_dtype``); with ``precise``
-        (for the reference), the same values in the checker's precision (float64; float32 on mps).
-        Constants become such copies; other values pass through. Every tensor stays on its device.
+        Float tensors become new leaves in their working dtype (``working_dtype``). Constants become such copies; other values pass through. Every tensor stays on its device.
         With ``requires`` (positions), only those leaves require grad. With ``inplace``, the call gets
         a copy of each leaf, so a Function may modify its input in place. With ``layout``, the call
         gets each float tensor laid out so (same values, other strides), its leaf stays contiguous.
@@ -115,7 +114,6 @@ class _Inputs:
         for i, a in enumerate(self.args):
             if _is_float_tensor(a):
                 value = _in_dtype(a, self.dtype)
-                value = value.to(_precise_dtype(a.device)) if precise else value
                 if i in self.constants:
                     call.append(laid_out(value, self.layout))
                     continue
