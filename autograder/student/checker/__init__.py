@@ -22,8 +22,10 @@ The modules, from the bottom up (each imports only those before it):
 - ``references``: the torch functions the checker relies on, captured when it is imported (so
   student code that later replaces ``torch.allclose`` and friends cannot fool it), and the
   shared types;
-- ``messages``: what a student reads: torch's errors in course terms, mistake patterns;
+- ``messages``: what a student reads: torch's errors in course terms, how far a value is off;
+- ``patterns``: the mistakes a wrong gradient reveals, and what autograd would sum or cast;
 - ``core``: the checks of forward and backward;
+- ``layouts``: the checks again on non-contiguous inputs (a stride mistake named as one);
 - ``optional``: the optional checks;
 - ``callables``: ``check_callable``;
 - ``saved``: ``check_saved`` (what a Function keeps for backward);

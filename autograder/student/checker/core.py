@@ -12,10 +12,10 @@ import contextlib
 import inspect
 
 from autograder.student.checker.messages import (
-    _DEVICE_RULE, _a_tensor_on, _a_value_of_type, _count, _diagnose, _difference, _dtype, _is_tensor_close,
-    _output_label, _raw_problem, _returned_none, _run_reference, _run_student, _shape, _short, _same_value, _tidied,
-    wrong_gradient, wrong_output,
+    _DEVICE_RULE, _a_tensor_on, _a_value_of_type, _count, _difference, _dtype, _output_label, _run_reference,
+    _run_student, _shape, _short, _same_value, wrong_gradient, wrong_output,
 )
+from autograder.student.checker.patterns import _diagnose, _is_tensor_close, _raw_problem, _returned_none, _tidied
 from autograder.student.checker.flags import _FLAG_RULE, _explain_needs_input_grad_error, _flag_branches, _wrong_flag
 from autograder.student.checker.references import (
     _allclose, _as_tuple, _autograd_backward, _autograd_grad, _Case, _close, _draw, _engine_module, _equal, _Function, _Generator,

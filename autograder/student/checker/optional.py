@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from autograder.student.checker.core import _defines, _expected_gradients, _upstream
 from autograder.student.checker.messages import (
-    _count, _diagnose_tangent, _difference, _dtype, _explain_compile, _output_label, _run_reference,
+    _count, _difference, _dtype, _explain_compile, _output_label, _run_reference,
     _run_student, _shape,
 )
+from autograder.student.checker.patterns import _diagnose_tangent
 from autograder.student.checker.references import (
     _allclose, _as_float64, _as_tuple, _autograd_grad, _close, _compiler_reset, _dual_level, _enable_grad,
     _draw, _equal, _func_vjp, _Generator, _Inputs, _make_dual, _precise_dtype, _randperm, _stack,
