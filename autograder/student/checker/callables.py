@@ -15,7 +15,7 @@ from autograder.student.checker.layouts import try_layouts
 from autograder.student.checker.messages import _run_reference, _run_student, _shape, wrong_gradient
 from autograder.student.checker.patterns import _diagnose
 from autograder.student.checker.references import (
-    _as_tuple, _autograd_grad, _Case, _close, _device_of, _Function, _Generator, _Inputs, _Module, _Report,
+    CheckFailure,     _as_tuple, _autograd_grad, _Case, _close, _device_of, _Function, _Generator, _Inputs, _Module, _Report,
     _StudentError, _Tensor, _tolerances, _zeros_like,
 )
 
@@ -128,15 +128,15 @@ def _callable(function, name: str, device):
     """What builds the thing to call: the function itself, or a new instance of a Module class on ``device``
     (the arguments')."""
     if isinstance(function, type) and issubclass(function, _Function):
-        raise AssertionError(f"{name} is a torch.autograd.Function: check it with check_function({name}, ...).")
+        raise CheckFailure(f"{name} is a torch.autograd.Function: check it with check_function({name}, ...).")
     if isinstance(function, _Module):
-        raise AssertionError(f"{name} is a Module instance: pass the class itself, check_callable("
+        raise CheckFailure(f"{name} is a Module instance: pass the class itself, check_callable("
                              f"{type(function).__name__}, ...); it is built with no arguments.")
     if isinstance(function, type) and issubclass(function, _Module):
         return lambda: function().to(device)
     if callable(function) and not isinstance(function, type):
         return lambda: function
-    raise AssertionError(f"{name} is not a function or an nn.Module class.")
+    raise CheckFailure(f"{name} is not a function or an nn.Module class.")
 
 
 def argument_names(target, count: int) -> list[str]:

@@ -18,7 +18,7 @@ from autograder.student.checker.messages import (
 from autograder.student.checker.patterns import _diagnose, _is_tensor_close, _raw_problem, _returned_none, _tidied
 from autograder.student.checker.flags import _FLAG_RULE, _explain_needs_input_grad_error, _flag_branches, _wrong_flag
 from autograder.student.checker.references import (
-    _allclose, _as_tuple, _autograd_backward, _autograd_grad, _Case, _close, _draw, _engine_module, _equal, _Function, _Generator,
+    CheckFailure,     _allclose, _as_tuple, _autograd_backward, _autograd_grad, _Case, _close, _draw, _engine_module, _equal, _Function, _Generator,
     _graph_node, _HandedBackToAutograd, _TORCH_BASES, laid_out, _Inputs, _is_float_tensor, _no_grad, _StudentError, _Tensor,
     _zeros_like,
 )
@@ -33,19 +33,19 @@ def _check_is_function_class(function, name: str) -> None:
     """A Function class that defines forward and backward; each may be a staticmethod, a classmethod
     or a plain function, as ``Function.apply`` calls each of them on the class."""
     if isinstance(function, _Function):
-        raise AssertionError(
+        raise CheckFailure(
             f"{name} is an instance; pass the class itself. Custom Functions are never "
             f"instantiated: call them as {type(function).__name__}.apply(...)."
         )
     if not (isinstance(function, type) and issubclass(function, _Function)):
-        raise AssertionError(f"{name} is not a subclass of torch.autograd.Function.")
+        raise CheckFailure(f"{name} is not a subclass of torch.autograd.Function.")
     for method in ("forward", "backward"):
         if not _defines(function, method) and (method == "forward" or not _defines(function, "vjp")):
-            raise AssertionError(f"{name} does not define {method}(ctx, ...).")
+            raise CheckFailure(f"{name} does not define {method}(ctx, ...).")
     legacy = [m for m in _undecorated(function) if _first_parameter(getattr(function, m)) == "self"]
     if legacy:
         methods, has = " and ".join(legacy), "has" if len(legacy) == 1 else "have"
-        raise AssertionError(
+        raise CheckFailure(
             f"{name} is written in PyTorch's legacy style: {methods} {has} no @staticmethod and take `self` "
             f"first. {name}.apply(...) runs it anyway (torch passes ctx as `self`), but the legacy call "
             f"{name}()(x) raises \"Legacy autograd function with non-static forward method is deprecated\", and "

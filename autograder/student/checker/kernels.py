@@ -22,7 +22,7 @@ from autograder.student.checker.callables import argument_names
 from autograder.student.checker.harness import _copies, as_data, same_data, short
 from autograder.student.checker.layouts import stride_problem
 from autograder.student.checker.messages import _difference
-from autograder.student.checker.references import LAYOUTS, _Tensor, can_lay_out, laid_out
+from autograder.student.checker.references import CheckFailure, LAYOUTS, _Tensor, can_lay_out, laid_out
 
 TILE_SIDES = tuple(2 ** k for k in range(11))  # square tiles a kernel may use: 1 ... 1024
 
@@ -45,11 +45,11 @@ def check_kernel(function, reference, *args, rtol: float = 1e-5, atol: float = 1
     except Exception as error:  # a Triton error the course can explain becomes its explanation
         if _error_hint(str(error)) is None:
             raise
-        raise AssertionError(kernel_problem(name, None, None, error=f"{type(error).__name__}: {error}")) from error
+        raise CheckFailure(kernel_problem(name, None, None, error=f"{type(error).__name__}: {error}")) from error
     want = as_data(reference(*_copies(args)))
     problem = kernel_problem(name, got, want, rtol, atol) or _on_layouts(name, function, args, want, rtol, atol)
     if problem:
-        raise AssertionError(problem)
+        raise CheckFailure(problem)
 
 
 def _on_layouts(name: str, function, args, want, rtol: float, atol: float) -> str | None:

@@ -20,7 +20,8 @@ import traceback
 import torch
 
 from autograder.student.checker.references import (
-    _LIBRARY_DIRS, ATOL, DTYPE_TOLERANCES, RTOL, _float64, _HandedBackToAutograd, _Inputs, _isclose, _StudentError,
+    _LIBRARY_DIRS, ATOL, DTYPE_TOLERANCES, RTOL, _float64, _HandedBackToAutograd, _Inputs, _isclose, NotDone,
+    _StudentError,
 )
 
 # --------------------------------------------------------------------------------------------
@@ -101,9 +102,29 @@ NOT_DONE = "not done yet (replace `raise NotImplementedError()` with your code)"
 
 
 def not_done(error: BaseException) -> bool:
-    """Whether ``error`` is an exercise left as released: its bare ``raise NotImplementedError()``, or
-    the checker's own report of one (``NotImplementedError(NOT_DONE)``)."""
-    return isinstance(error, NotImplementedError) and str(error) in ("", NOT_DONE)
+    """Whether ``error`` is an exercise left as released: its bare ``raise NotImplementedError()``, the
+    checker's own report of one (``NotDone``), or an error raised because of one (its cause or context, as
+    ``torch.library.opcheck``'s OpCheckError wraps what the operator raised)."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, NotImplementedError) and str(error) in ("", NOT_DONE):
+            return True
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def show_error(shell, etype, value, tb, tb_offset=None):
+    """IPython's handler for errors in a cell (``shell.set_custom_exc((Exception,), show_error)``): an exercise
+    left as released (``not_done``: its bare NotImplementedError, or an error it caused, such as
+    ``torch.library.opcheck``'s OpCheckError) is one line, its message in the error's value too (``check`` and
+    the feedback page read it there); any other error is shown as IPython shows it."""
+    if not_done(value):
+        shell._showtraceback(NotImplementedError, NotImplementedError(NOT_DONE), [f"NotImplementedError: {NOT_DONE}"])
+    elif isinstance(value, SyntaxError):
+        shell.showsyntaxerror()  # as IPython shows a cell that does not parse
+    else:
+        shell.showtraceback(running_compiled_code=True)  # IPython's own path for any other error (sys.exc_info())
 
 
 def student_error(error: str) -> str:
@@ -145,11 +166,9 @@ def _run_student(stage: str, call, inputs: _Inputs):
             "as gradient checkpointing does when it recomputes forward under torch.enable_grad, is "
             "checked with check_function(..., autograd_in_backward=True).)"
         ) from None
-    except NotImplementedError as err:
-        if not_done(err):  # the exercise as released: the test cell says so, as for any call of it
-            raise NotImplementedError(NOT_DONE) from None
-        raise _StudentError(_explain(err, stage, inputs.names)) from None
     except Exception as err:  # noqa: BLE001 - any student error becomes an explanation
+        if not_done(err):  # the exercise as released: the test cell says so, as for any call of it
+            raise NotDone(NOT_DONE) from None
         made = _device_mistake(str(err), inputs.device)
         if made:
             raise _StudentError(_wrong_device(stage, made, inputs.device) + _student_line(err, MET_THERE)) from None

@@ -8,6 +8,7 @@ and friends cannot fool the checker. Every other module of the checker imports t
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass, field
 
 import torch
@@ -125,6 +126,61 @@ class _Inputs:
         return tuple(call), leaves
 
 
+class CheckFailure(AssertionError):
+    """A check's failure: its message is the explanation a student acts on.
+
+    In IPython (a notebook, JupyterLab's Validate, the grader's kernels) it renders itself
+    (``_render_traceback_``, which IPython asks first): the message first, then the test's line that
+    failed, without the frames of the checker or of torch. It keeps the name of the built-in it
+    extends, so what reads an error's name (nbgrader, the grader, ``check``) reads AssertionError.
+    """
+
+    def _render_traceback_(self) -> list[str]:
+        return message_first(self)
+
+
+class NotDone(NotImplementedError):
+    """An exercise left as released (its ``raise NotImplementedError()``), found by a check: said as such."""
+
+    def _render_traceback_(self) -> list[str]:
+        return message_first(self)
+
+
+CheckFailure.__name__, NotDone.__name__ = "AssertionError", "NotImplementedError"
+
+
+def message_first(error: BaseException) -> list[str]:
+    """``error`` as IPython shows it, message first: 'AssertionError: ...', then the line of the test (or of the
+    student's code) that raised it, the innermost frame outside torch, IPython and this package."""
+    return [f"{type(error).__name__}: {error}" + (f"\n\n(raised by {where})" if (where := _raised_by(error)) else "")]
+
+
+def _raised_by(error: BaseException) -> str:
+    """'Cell In[5], line 3: check_function(Cube, cube, x)' for the innermost frame that is not a library's."""
+    import traceback
+
+    ipython = os.path.dirname(os.path.abspath(_ipython_file())) if _ipython_file() else None
+    library = _LIBRARY_DIRS + ((ipython,) if ipython else ())
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if not f.filename.startswith(library)]
+    if not frames:
+        return ""
+    frame = frames[-1]
+    where = f'"{frame.filename}"'
+    try:
+        from IPython import get_ipython
+
+        label = get_ipython().compile.format_code_name(frame.filename)
+        where = " ".join(label) if label else where
+    except Exception:  # noqa: BLE001 - no IPython, or one without cell names: the file's name will do
+        pass
+    return f"{where}, line {frame.lineno}" + (f": {frame.line.strip()}" if frame.line else "")
+
+
+def _ipython_file() -> str | None:
+    module = sys.modules.get("IPython")
+    return getattr(module, "__file__", None)
+
+
 @dataclass
 class _Report:
     """Problems found so far, in the order a student should read them."""
@@ -141,7 +197,7 @@ class _Report:
             count = len(self.problems)
             head = f"{self.title}: {count} problem{'s' if count > 1 else ''} found."
             body = "\n".join("- " + p.replace("\n", "\n  ") for p in self.problems)
-            raise AssertionError(f"{head}\n{body}")
+            raise CheckFailure(f"{head}\n{body}")
 
 
 class _StudentError(Exception):

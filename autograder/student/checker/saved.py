@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from autograder.student.checker.references import (
-    _as_float64, _as_tuple, _close, _enable_grad, _equal, _is_float_tensor, _Tensor, _tolerances,
+    CheckFailure,     _as_float64, _as_tuple, _close, _enable_grad, _equal, _is_float_tensor, _Tensor, _tolerances,
 )
 
 _saved_tensors_hooks = torch.autograd.graph.saved_tensors_hooks  # captured before student code runs
@@ -100,4 +100,4 @@ def check_saved(function, reference, *args, saves=None, max_saved: int | None = 
     largest = max((a.numel() for a in leaves if isinstance(a, _Tensor)), default=0)
     problem = saved_problem(name, saved, attributes, expected, max_saved, largest, rtol, atol)
     if problem:
-        raise AssertionError(problem)
+        raise CheckFailure(problem)
