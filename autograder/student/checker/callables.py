@@ -62,9 +62,12 @@ def check_callable(function, reference, *args, rtol: float | None = None, atol: 
             _compare_gradients(name, run, reference, inputs, expected, used, report, rtol, atol)
         report.raise_if_any()
         if noncontiguous:
-            try_layouts(reference, inputs, report, lambda laid, found: _outputs(name, run, reference, laid, found, rtol, atol),
-                        (lambda laid, found: _compare_gradients(name, run, reference, laid, expected, used, found, rtol,
-                                                                atol, diagnose=False)) if used else None)
+            def on_layout(laid, found):
+                _compare_outputs(_call(run, laid)[1], expected, found, rtol, atol, who=name)
+                if used and not found.problems:
+                    _compare_gradients(name, run, reference, laid, expected, used, found, rtol, atol, diagnose=False)
+
+            try_layouts(inputs, report, on_layout, expected if used else ())
             report.raise_if_any()
         _compare_transforms(name, run, reference, args, [k for k, on in options.items() if on], inputs, report,
                             rtol, atol)

@@ -247,6 +247,11 @@ def _student_gradients(function, inputs, used, upstream) -> list:
     ``torch.autograd.grad``)."""
     call, leaves = inputs.fresh()
     outputs = _as_tuple(_run_student("forward", lambda: function.apply(*call), inputs))
+    return _gradients_of(outputs, leaves, inputs, used, upstream)
+
+
+def _gradients_of(outputs, leaves, inputs, used, upstream) -> list:
+    """The gradients of ``leaves`` for ``upstream`` on the ``used`` ``outputs`` of the student's forward."""
     for k in used:
         if not isinstance(outputs[k], _Tensor) or outputs[k].grad_fn is None:
             raise _StudentError(

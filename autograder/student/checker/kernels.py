@@ -21,7 +21,7 @@ import torch
 from autograder.student.checker.callables import argument_names
 from autograder.student.checker.harness import _copies, as_data, same_data, short
 from autograder.student.checker.layouts import stride_problem
-from autograder.student.checker.messages import _difference
+from autograder.student.checker.messages import _difference, _number
 from autograder.student.checker.references import CheckFailure, LAYOUTS, _Tensor, can_lay_out, laid_out
 
 TILE_SIDES = tuple(2 ** k for k in range(11))  # square tiles a kernel may use: 1 ... 1024
@@ -169,8 +169,11 @@ def _value_problem(what: str, got, want, wrong, wants, k: int, rtol: float, atol
         return (f"{what} holds NaN at {int(unwritten.sum()):,} of {got.numel():,} elements (the first at index "
                 f"{list(first)}): elements no program wrote (new tensors hold NaN here), or a NaN read through a "
                 f"masked tl.load without other=0 that was not masked out again")
+    have, right = float(got[first]), float(want[first])
     return (f"{what} is wrong at {int(wrong.sum()):,} of {got.numel():,} elements, the first at index {list(first)}: "
-            f"{got[first].item():.6g} where {want[first].item():.6g} is right")
+            f"{_number(have, right)} where {_number(right, have)} is right, a difference of {abs(have - right):.3g} where "
+            f"{atol + rtol * abs(right):.3g} is allowed (rtol={rtol:.3g}, atol={atol:.3g}; pass rtol= and atol= to change "
+            f"them)")
 
 
 def _a_gradient_and_its_column_sums(wants) -> bool:

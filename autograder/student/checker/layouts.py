@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from autograder.student.checker.core import _check_forward, _expected_gradients, _student_gradients, _upstream
-from autograder.student.checker.messages import _run_reference, wrong_gradient
+from autograder.student.checker.core import _compare_outputs, _expected_gradients, _gradients_of, _upstream
+from autograder.student.checker.messages import _run_reference, _run_student, wrong_gradient
 from autograder.student.checker.references import (
     LAYOUTS, SLICE, TRANSPOSED, _as_tuple, _close, _Report, _StudentError, _Tensor, _zeros_like, can_lay_out,
 )
@@ -56,57 +56,52 @@ def stride_problem(layout: str, names: list[str], problem: str) -> str:
 
 def check_layouts(function, reference, inputs, report, rtol, atol, backward: bool) -> None:
     """Run the Function again on non-contiguous inputs (and, with ``backward``, non-contiguous upstream
-    gradients); report the first layout on which an output or a gradient changes."""
-    outputs = lambda laid, found: _check_forward(function, reference, laid, found, rtol, atol)  # noqa: E731
-    gradients = (lambda laid, found: _check_gradients(function, reference, laid, found, rtol, atol)) if backward else None
-    try_layouts(reference, inputs, report, outputs, gradients)
+    gradients): its outputs (and gradients) against the reference's on the contiguous inputs, the same values;
+    the first layout on which one changes is reported."""
+    expected = _as_tuple(_run_reference(reference, inputs.fresh()[0]))
+    used = [k for k, o in enumerate(expected) if isinstance(o, _Tensor) and o.requires_grad] if backward else []
+    upstream = _upstream(expected, used, 5) if used else []
+    right = _expected_gradients(reference, inputs, used, upstream) if used else []
+
+    def run(laid, found) -> None:
+        call, leaves = laid.fresh()
+        outputs = _as_tuple(_run_student("forward", lambda: function.apply(*call), laid))
+        _compare_outputs(outputs, expected, found, rtol, atol)
+        if used and not found.problems:
+            for i, g, e in zip(laid.tensor_positions, _gradients_of(outputs, leaves, laid, used, upstream), right):
+                g = g if g is not None else _zeros_like(e)
+                if not _close(g, e, rtol, atol):
+                    found.add(wrong_gradient(laid.names[i], e, g, rtol, atol))
+                    return
+
+    try_layouts(inputs, report, run, expected if used else ())
 
 
-def try_layouts(reference, inputs, report, outputs, gradients=None) -> None:
-    """``outputs(laid, found)`` (and ``gradients(laid, found)``) check the student's code on ``laid``, inputs
-    laid out (and upstream gradients laid out), adding what they find to ``found``; the first layout that
-    finds something is reported, as a stride mistake."""
+def try_layouts(inputs, report, run, outputs=()) -> None:
+    """``run(laid, found)`` checks the student's code on ``laid``: ``inputs`` with every tensor of two or more
+    dimensions laid out as a slice, then as a transposed view; then, for each of the reference's ``outputs``
+    that can be laid out so, with the upstream gradients laid out so (``grad_layout``). It adds what it finds
+    to ``found``; the first layout that finds something is reported, as a stride mistake."""
     for layout in LAYOUTS:
         names = laid_out_names(inputs.args, inputs.names, layout)
-        if names and _layout_fails(replace(inputs, layout=layout), report, [outputs, gradients],
+        if names and _layout_fails(replace(inputs, layout=layout), report, run,
                                    lambda problem: stride_problem(layout, names, problem)):
             return
-    if gradients is None:
-        return
-    results = _as_tuple(_run_reference(reference, inputs.fresh()[0]))
     for layout in LAYOUTS:
-        if any(isinstance(o, _Tensor) and o.requires_grad and can_lay_out(o, layout) for o in results) and \
-                _layout_fails(replace(inputs, grad_layout=layout), report, [gradients],
+        if any(isinstance(o, _Tensor) and o.requires_grad and can_lay_out(o, layout) for o in outputs) and \
+                _layout_fails(replace(inputs, grad_layout=layout), report, run,
                               lambda problem: stride_problem(layout, [], problem)):
             return
 
 
-def _layout_fails(inputs, report, checks, said) -> bool:
-    """Run ``checks`` (each ``check(inputs, found)``, None for none) until one finds a problem; it goes into
-    ``report`` as ``said`` words it. Returns whether there was one."""
+def _layout_fails(inputs, report, run, said) -> bool:
+    """``run(inputs, found)``; a problem it finds goes into ``report`` as ``said`` words it. Returns whether there
+    was one."""
     found = _Report("")
     try:
-        for check in checks:
-            if check is not None and not found.problems:
-                check(inputs, found)
+        run(inputs, found)
     except _StudentError as err:
         found.add(err.message)
     if found.problems:
         report.add(said(found.problems[0]))
     return bool(found.problems)
-
-
-def _check_gradients(function, reference, inputs, report, rtol, atol) -> None:
-    """The gradients for random upstream gradients on every differentiable output, against torch's."""
-    outputs = _as_tuple(_run_reference(reference, inputs.fresh()[0]))
-    used = [k for k, o in enumerate(outputs) if isinstance(o, _Tensor) and o.requires_grad]
-    if not used:
-        return
-    upstream = _upstream(outputs, used, 5)
-    got = _student_gradients(function, inputs, used, upstream)
-    expected = _expected_gradients(reference, inputs, used, upstream)
-    for i, g, e in zip(inputs.tensor_positions, got, expected):
-        g = g if g is not None else _zeros_like(e)
-        if not _close(g, e, rtol, atol):
-            report.add(wrong_gradient(inputs.names[i], e, g, rtol, atol))
-            return
