@@ -15,8 +15,8 @@ from autograder.student.checker.layouts import try_layouts
 from autograder.student.checker.messages import _run_reference, _run_student, _shape, wrong_gradient
 from autograder.student.checker.patterns import _diagnose
 from autograder.student.checker.references import (
-    CheckFailure,     _as_tuple, _autograd_grad, _Case, _close, _device_of, _Function, _Generator, _Inputs, _Module, _Report,
-    _StudentError, _Tensor, _tolerances, _zeros_like,
+    _as_tuple, _autograd_grad, _Case, CheckFailure, _close, _device_of, _Function, _Generator, _Inputs, _Module,
+    _Report, _StudentError, _Tensor, _tolerances, _zeros_like,
 )
 
 

@@ -18,9 +18,9 @@ from autograder.student.checker.messages import (
 from autograder.student.checker.patterns import _diagnose, _is_tensor_close, _raw_problem, _returned_none, _tidied
 from autograder.student.checker.flags import _FLAG_RULE, _explain_needs_input_grad_error, _flag_branches, _wrong_flag
 from autograder.student.checker.references import (
-    CheckFailure,     _allclose, _as_tuple, _autograd_backward, _autograd_grad, _Case, _close, _draw, _engine_module, _equal, _Function, _Generator,
-    _graph_node, _HandedBackToAutograd, _TORCH_BASES, laid_out, _Inputs, _is_float_tensor, _no_grad, _StudentError, _Tensor,
-    _zeros_like,
+    _allclose, _as_tuple, _autograd_backward, _autograd_grad, _Case, CheckFailure, _close, _draw, _engine_module,
+    _equal, _Function, _Generator, _graph_node, _HandedBackToAutograd, _Inputs, _is_float_tensor, laid_out, _no_grad,
+    _StudentError, _Tensor, _TORCH_BASES, _zeros_like,
 )
 
 # --------------------------------------------------------------------------------------------

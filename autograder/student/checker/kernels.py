@@ -171,9 +171,9 @@ def _value_problem(what: str, got, want, wrong, wants, k: int, rtol: float, atol
                 f"masked tl.load without other=0 that was not masked out again")
     have, right = float(got[first]), float(want[first])
     return (f"{what} is wrong at {int(wrong.sum()):,} of {got.numel():,} elements, the first at index {list(first)}: "
-            f"{_number(have, right)} where {_number(right, have)} is right, a difference of {abs(have - right):.3g} where "
-            f"{atol + rtol * abs(right):.3g} is allowed (rtol={rtol:.3g}, atol={atol:.3g}; pass rtol= and atol= to change "
-            f"them)")
+            f"{_number(have, right)} where {_number(right, have)} is right, a difference of {abs(have - right):.3g} "
+            f"where {atol + rtol * abs(right):.3g} is allowed (rtol={rtol:.3g}, atol={atol:.3g}; pass rtol= and atol= "
+            f"to change them)")
 
 
 def _a_gradient_and_its_column_sums(wants) -> bool:

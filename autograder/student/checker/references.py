@@ -106,7 +106,8 @@ class _Inputs:
         """(arguments to call with, leaves to differentiate with respect to), for the student's code and the
         reference alike.
 
-        Float tensors become new leaves in their working dtype (``working_dtype``). Constants become such copies; other values pass through. Every tensor stays on its device.
+        Float tensors become new leaves in their working dtype (``working_dtype``). Constants become such
+        copies; other values pass through. Every tensor stays on its device.
         With ``requires`` (positions), only those leaves require grad. With ``inplace``, the call gets
         a copy of each leaf, so a Function may modify its input in place. With ``layout``, the call
         gets each float tensor laid out so (same values, other strides), its leaf stays contiguous.

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from autograder.student.checker.references import (
-    CheckFailure,     _as_float64, _as_tuple, _close, _enable_grad, _equal, _is_float_tensor, _Tensor, _tolerances,
+    _as_float64, _as_tuple, CheckFailure, _close, _enable_grad, _equal, _is_float_tensor, _Tensor, _tolerances,
 )
 
 _saved_tensors_hooks = torch.autograd.graph.saved_tensors_hooks  # captured before student code runs

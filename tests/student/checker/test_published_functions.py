@@ -230,7 +230,8 @@ def _saves_input(name, function, derivative):
         (x,) = ctx.saved_tensors
         return grad_output * derivative(x)
 
-    return type(name, (torch.autograd.Function,), {"forward": staticmethod(forward), "backward": staticmethod(backward)})
+    methods = {"forward": staticmethod(forward), "backward": staticmethod(backward)}
+    return type(name, (torch.autograd.Function,), methods)
 
 
 def _swish_derivative(x):
