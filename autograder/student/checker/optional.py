@@ -14,7 +14,7 @@ from autograder.student.checker.messages import (
 from autograder.student.checker.patterns import _diagnose_tangent
 from autograder.student.checker.references import (
     _allclose, _as_float64, _as_tuple, _autograd_grad, _close, _compiler_reset, _dual_level, _enable_grad,
-    _draw, _equal, _func_vjp, _Generator, _Inputs, _make_dual, _precise_dtype, _randperm, _stack,
+    _draw, _equal, _func_vjp, _Generator, _Inputs, _make_dual, _in_dtype, _randperm, _stack,
     _is_float_tensor, _StudentError, _Tensor, _torch_compile, _unpack_dual, _vmap, _zeros_like,
 )
 from autograder.student.checker.transforms import COMPILE_BACKEND
@@ -53,8 +53,8 @@ def _vmap_layout(function, reference, inputs, report, rtol, atol, label, dims) -
         for example in examples[1:]:
             example[i] = _permuted(inputs.args[i], gen)
     examples = [_Inputs(tuple(e), inputs.names, constants=inputs.constants, dtype=inputs.dtype) for e in examples]
-    batched = [_stack([_as_float64(e.args[i]) for e in examples], dim=dims[i]) if i in dims else _as_float64(a)
-               for i, a in enumerate(inputs.args)]
+    batched = [_stack([_working(e.args[i], inputs) for e in examples], dim=dims[i]) if i in dims
+               else _working(a, inputs) for i, a in enumerate(inputs.args)]
     in_dims = tuple(dims.get(i) for i in range(len(batched)))
     hand_written = _defines(function, "vmap")
     moved = hand_written and any(dims.get(i) != 0 for i in inputs.tensor_positions)
@@ -333,7 +333,12 @@ def _permuted(value, gen):
 
 
 def _drawn_for_inputs(inputs: _Inputs, gen) -> list:
-    """Seeded random tensors (tangents, directions), one per float tensor input: its shape, in the checker's
-    precision, on its device (read from the input, not from a copy of it)."""
-    return [_draw(a.shape, gen, _precise_dtype(a.device), a.device)
+    """Seeded random tensors (tangents, directions), one per float tensor input: its shape, in the dtype the
+    student's code gets it in, on its device (read from the input, not from a copy of it)."""
+    return [_draw(a.shape, gen, inputs.working_dtype(a), a.device)
             for a in (inputs.args[i] for i in inputs.tensor_positions)]
+
+
+def _working(value, inputs: _Inputs):
+    """A copy of an argument as the student's code gets it: a float tensor in its working dtype."""
+    return _in_dtype(value, inputs.dtype) if _is_float_tensor(value) else _as_float64(value)

@@ -290,3 +290,32 @@ def test_a_legacy_function_is_named_even_though_apply_runs_it():
     message = failure(BinActive, lambda x: x.sign().detach() + x.clamp(-1, 1) - x.clamp(-1, 1).detach(),
                       torch.randn(3, 4))
     assert_words(message, ["legacy style", "no @staticmethod", "BinActive()(x)", "@staticmethod", "ctx first"])
+
+
+class CubeSplit(torch.autograd.Function):
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x):
+        return x ** 3
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+        ctx.save_for_forward(inputs[0])
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (x,) = ctx.saved_tensors
+        return 3 * x ** 2 * grad_output
+
+    @staticmethod
+    def jvp(ctx, tangent):
+        (x,) = ctx.saved_tensors
+        return 3 * x ** 2 * tangent
+
+
+@pytest.mark.parametrize("dtype", ["keep", torch.float16])
+def test_the_optional_checks_work_in_the_callers_dtype(dtype):
+    assert check_function(CubeSplit, cube, torch.randn(3, 4), dtype=dtype, vmap=True, forward_ad=True,
+                          double_backward=True) is None
