@@ -84,7 +84,7 @@ def check_function(function, reference, *args, rtol: float | None = None, atol: 
       1e-5), as for two results in that dtype. Without it, the defaults are 1e-6 and 1e-8 in float64.
     - ``strict_gradients``: each gradient backward returns must have its input's shape and dtype.
       By default a gradient that autograd sums to its input's shape (one that broadcasts to it) or
-      casts to its dtype is judged as autograd leaves it, as torch documents; a course exercise that
+      casts to its dtype is judged as autograd leaves it, as autograd itself does; a course exercise that
       asks for the input's shape passes ``strict_gradients=True``.
     - ``noncontiguous``: once everything passes, forward and backward run again on a slice and on a
       transposed view of the inputs of two or more dimensions, and with such upstream gradients
