@@ -68,7 +68,7 @@ def _on_layouts(name: str, function, args, want, rtol: float, atol: float) -> st
         else:
             problem = _values_differ(name, got, want, rtol, atol)
         if problem:
-            return stride_problem(layout, which, problem)
+            return f"{name} {stride_problem(layout, which, problem)}"
     return None
 
 
