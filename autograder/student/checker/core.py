@@ -205,10 +205,10 @@ def _check_backward(function, reference, inputs, report, rtol, atol) -> None:
     raw = _raw_gradients(function, reference, inputs, cases[0], report, rtol, atol)
     if raw is None:
         return
-    got, unsound = raw
+    got, unsound, reshaped = raw
     if unsound:
         # Autograd would reject, sum or cast those gradients: judge the others as backward returned them.
-        _judge(function, reference, inputs, cases[0], got, unsound, report, rtol, atol)
+        _judge(function, reference, inputs, cases[0], got, unsound, report, rtol, atol, reshaped)
         return
     for case in cases:
         try:
@@ -216,7 +216,7 @@ def _check_backward(function, reference, inputs, report, rtol, atol) -> None:
         except _StudentError as err:
             report.add(err.message)
             continue
-        _judge(function, reference, inputs, case, got, set(), report, rtol, atol)
+        _judge(function, reference, inputs, case, got, set(), report, rtol, atol, reshaped)
     if not report.problems:
         _check_needs_input_grad(function, reference, inputs, cases[0], report, rtol, atol)
 
@@ -302,7 +302,8 @@ def _raw_gradients(function, reference, inputs, case, report, rtol, atol):
     calling the graph node ourselves sees exactly what ``backward`` returned. It also catches a
     backward that modifies ``grad_output`` in place or hands the work back to autograd.
     Returns ``None`` when backward's answer is unusable as a whole, else (the gradient of each
-    tensor input as returned, the indices of those with the wrong type, shape or dtype).
+    tensor input as autograd leaves it, the indices of those with the wrong type, shape or dtype, and for each
+    one autograd summed to its input's shape the words that say so).
     """
     ran = _run_backward(function, inputs, case)
     if ran is None:
@@ -349,8 +350,23 @@ def _raw_gradients(function, reference, inputs, case, report, rtol, atol):
         if problem:
             report.add(problem)
             unsound.add(j)
-    return [g if j in unsound else _tidied(g, expected[j], inputs.working_dtype(inputs.args[i]))
-            for j, (i, g) in enumerate(zip(inputs.tensor_positions, got))], unsound
+    tidied = [g if j in unsound else _tidied(g, expected[j], inputs.working_dtype(inputs.args[i]))
+              for j, (i, g) in enumerate(zip(inputs.tensor_positions, got))]
+    reshaped = {j: _summed_words(got, j, expected, inputs, rtol, atol) for j, g in enumerate(got)
+                if j not in unsound and isinstance(g, _Tensor) and g.shape != expected[j].shape}
+    return tidied, unsound, reshaped
+
+
+def _summed_words(got, j, expected, inputs, rtol, atol) -> str:
+    """' (backward returned it with shape [4, 3], which autograd summed to ...)', or, where it is another input's
+    gradient, that backward returns its gradients in the wrong order."""
+    names = [inputs.names[i] for i in inputs.tensor_positions]
+    whose = [k for k, e in enumerate(expected) if k != j and _close(got[j], e, rtol, atol)]
+    if whose:
+        return (f" (backward returned it with shape {_shape(got[j])}: it is the gradient of `{names[whose[0]]}`, so "
+                f"backward returns its gradients in the wrong order)")
+    return (f" (backward returned it with shape {_shape(got[j])}, which autograd summed to `{names[j]}`'s shape "
+            f"{_shape(expected[j])})")
 
 
 def _check_constant_gradient(reference, inputs, case, i, got, report, rtol, atol) -> None:
@@ -376,7 +392,7 @@ def _check_constant_gradient(reference, inputs, case, i, got, report, rtol, atol
                f"`{name}` (a constant needs no gradient), or its right gradient.{detail}")
 
 
-def _judge(function, reference, inputs, case, got, skip, report, rtol, atol) -> None:
+def _judge(function, reference, inputs, case, got, skip, report, rtol, atol, reshaped=None) -> None:
     """Compare each tensor input's gradient with torch's; report and diagnose the wrong ones."""
     expected = _expected_gradients(reference, inputs, case.used, case.upstream)
     names = [inputs.names[i] for i in inputs.tensor_positions]
@@ -395,7 +411,7 @@ def _judge(function, reference, inputs, case, got, skip, report, rtol, atol) -> 
                          student=lambda upstream: _student_gradients(function, inputs, case.used, upstream),
                          torch_gradients=lambda upstream: _expected_gradients(reference, inputs, case.used,
                                                                               upstream))
-        report.add(wrong_gradient(names[j], e, g, rtol, atol, case.when, hint))
+        report.add(wrong_gradient(names[j], e, g, rtol, atol, case.when + (reshaped or {}).get(j, ""), hint))
 
 
 def _check_needs_input_grad(function, reference, inputs, case, report, rtol, atol) -> None:

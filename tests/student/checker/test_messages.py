@@ -181,3 +181,23 @@ def test_rejects_what_is_not_a_function_class(make_function, words, check):
         assert word in message
 
 
+
+
+class ScaleSwapped(torch.autograd.Function):
+    """x * w with w broadcast over x's rows; backward swaps the gradients (and w's is not reduced)."""
+
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.save_for_backward(x, w)
+        return x * w
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        x, w = ctx.saved_tensors
+        return grad_output * x, grad_output * w
+
+
+def test_a_gradient_autograd_sums_is_judged_as_summed_and_a_swap_is_named():
+    message = failure(ScaleSwapped, lambda x, w: x * w, torch.randn(4, 3), torch.randn(3))
+    assert "the gradient for `w` is wrong (backward returned it with shape [4, 3]: it is the gradient of `x`" in message
+    assert "wrong order" in message
