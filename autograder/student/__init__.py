@@ -12,13 +12,32 @@
 
 Nothing here imports from ``autograder.authoring`` or ``autograder.grading``: a student's
 notebook needs neither the course's sources nor the grader.
+
+Imported in a notebook whose kernel has no error handler of its own, it makes an exercise left as
+released say "not done yet" in one line however it is reached (``checker.messages.show_error``), as
+the grader's kernels and JupyterLab's Validate say it.
 """
+
+import sys
 
 from autograder.student.checker import (
     check_built_on, check_callable, check_custom_op, check_device, check_forward, check_function, check_kernel, check_saved, check_values,
     check_with,
 )
+from autograder.student.checker.messages import show_error
 from autograder.student.graph import draw_graph
+
+
+def _not_done_said_in_notebooks() -> None:
+    """In an IPython kernel (a notebook) with no error handler of its own, errors go through ``show_error``."""
+    if "IPython" not in sys.modules:
+        return
+    shell = sys.modules["IPython"].get_ipython()
+    if shell is not None and not shell.custom_exceptions:
+        shell.set_custom_exc((Exception,), show_error)
+
+
+_not_done_said_in_notebooks()
 
 __all__ = ["check_built_on", "check_callable", "check_custom_op", "check_device", "check_forward", "check_function", "check_kernel",
            "check_saved", "check_values", "check_with", "draw_graph"]

@@ -25,15 +25,10 @@ def _show_on_stdout(message, category, filename, lineno, file=None, line=None):
 
 
 def _not_done_yet(shell, etype, value, tb, tb_offset=None):
-    """An exercise left as released (``messages.not_done``) is one line, its message in the error's value
-    too (``check`` and the feedback page read it there); any other NotImplementedError keeps its traceback.
-    (IPython shows nothing for a custom exception itself: the handler does.)"""
-    from autograder.student.checker.messages import NOT_DONE, not_done  # (torch: loaded with the kernel's guard)
+    """An exercise left as released is one line (``messages.show_error``, which student notebooks use too)."""
+    from autograder.student.checker.messages import show_error  # (torch: loaded with the kernel's guard)
 
-    if not_done(value):
-        shell._showtraceback(NotImplementedError, NotImplementedError(NOT_DONE), [f"NotImplementedError: {NOT_DONE}"])
-    else:
-        shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
+    show_error(shell, etype, value, tb, tb_offset)
 
 
 def load_ipython_extension(ipython, guard=None):
@@ -47,5 +42,5 @@ def load_ipython_extension(ipython, guard=None):
     os.environ["TRITON_INTERPRET"] = "1"
 
     warnings.showwarning = _show_on_stdout
-    ipython.set_custom_exc((NotImplementedError,), _not_done_yet)
+    ipython.set_custom_exc((Exception,), _not_done_yet)
     return tamper.install(ipython, guard)

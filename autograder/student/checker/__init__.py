@@ -24,8 +24,10 @@ The modules, from the bottom up (each imports only those before it):
 - ``references``: the torch functions the checker relies on, captured when it is imported (so
   student code that later replaces ``torch.allclose`` and friends cannot fool it), and the
   shared types;
-- ``messages``: what a student reads: torch's errors in course terms, mistake patterns;
+- ``messages``: what a student reads: torch's errors in course terms, how far a value is off;
+- ``patterns``: the mistakes a wrong gradient reveals, and what autograd would sum or cast;
 - ``core``: the checks of forward and backward;
+- ``layouts``: the checks again on non-contiguous inputs (a stride mistake named as one);
 - ``optional``: the optional checks;
 - ``callables``: ``check_callable``;
 - ``kept``, ``saved``: ``check_saved`` (what a Function keeps for backward, and where it keeps anything else);
@@ -50,11 +52,13 @@ from autograder.student.checker.harness import check_values, check_with
 from autograder.student.checker.kernels import check_kernel
 from autograder.student.checker.operators import check_custom_op
 from autograder.student.checker.saved import check_saved
-from autograder.student.checker.references import ATOL, RTOL, _Inputs, _Report, _StudentError, _tolerances
+from autograder.student.checker.layouts import check_layouts
+from autograder.student.checker.references import _Inputs, _Report, _StudentError, _tolerances
 
 
-def check_function(function, reference, *args, rtol: float = RTOL, atol: float = ATOL,
+def check_function(function, reference, *args, rtol: float | None = None, atol: float | None = None,
                    inplace: bool = False, constants: tuple = (), autograd_in_backward: bool = False,
+                   dtype=None, strict_gradients: bool = False, noncontiguous: bool = True,
                    vmap: bool = False, forward_ad: bool = False, double_backward: bool = False,
                    compile: bool = False) -> None:  # noqa: A002
     """Check a ``torch.autograd.Function`` subclass against a differentiable torch reference.
@@ -79,6 +83,18 @@ def check_function(function, reference, *args, rtol: float = RTOL, atol: float =
       must be right.
     - ``autograd_in_backward``: allow backward to call autograd itself, as gradient checkpointing
       does (otherwise that is reported: a backward is meant to compute the gradients itself).
+    - ``dtype``: ``"keep"`` hands the Function each float tensor in its own dtype, a float dtype
+      (``torch.float32``, ``torch.float16``, ``torch.bfloat16``) in that one, for code that works in
+      it only (a Triton kernel, fake quantisation); the reference gets the same, and ``rtol``/``atol``
+      default to ``torch.testing.assert_close``'s for the least precise dtype (float32: 1.3e-6 and
+      1e-5), as for two results in that dtype. Without it, the defaults are 1e-6 and 1e-8 in float64.
+    - ``strict_gradients``: each gradient backward returns must have its input's shape and dtype.
+      By default a gradient that autograd sums to its input's shape (one that broadcasts to it) or
+      casts to its dtype is judged as autograd leaves it, as autograd itself does; a course exercise that
+      asks for the input's shape passes ``strict_gradients=True``.
+    - ``noncontiguous``: once everything passes, forward and backward run again on a slice and on a
+      transposed view of the inputs of two or more dimensions, and with such upstream gradients
+      (``layouts``): a stride mistake is named as one. ``False`` leaves that out.
 
     Once those checks pass, the optional ones run:
 
@@ -89,8 +105,9 @@ def check_function(function, reference, *args, rtol: float = RTOL, atol: float =
     - ``compile``: outputs and gradients of ``torch.compile(..., backend="aot_eager",
       fullgraph=True)``, which must trace forward and backward into one graph.
     """
-    rtol, atol = _tolerances("check_function", args, rtol, atol)
-    report, inputs = _start(function, args, inplace, constants, autograd_in_backward)
+    __tracebackhide__ = True  # noqa: F841 - IPython leaves the checker's frames out of a failing test's traceback
+    rtol, atol = _tolerances("check_function", args, rtol, atol, dtype)
+    report, inputs = _start(function, args, inplace, constants, autograd_in_backward, dtype, strict_gradients)
     if not inputs.tensor_positions:
         raise RuntimeError("check_function needs at least one floating-point tensor argument "
                            "(this is a problem with the test, not with your Function)")
@@ -100,6 +117,9 @@ def check_function(function, reference, *args, rtol: float = RTOL, atol: float =
     except _StudentError as err:
         report.add(err.message)
     report.raise_if_any()
+    if noncontiguous:
+        check_layouts(function, reference, inputs, report, rtol, atol, backward=True)
+        report.raise_if_any()
     options = [(vmap, _check_under_vmap), (forward_ad, _check_forward_ad),
                (double_backward, _check_double_backward), (compile, _check_under_compile)]
     for wanted, check in options:
@@ -111,30 +131,35 @@ def check_function(function, reference, *args, rtol: float = RTOL, atol: float =
     report.raise_if_any()
 
 
-def check_forward(function, reference, *args, rtol: float = RTOL, atol: float = ATOL,
-                  inplace: bool = False) -> None:
+def check_forward(function, reference, *args, rtol: float | None = None, atol: float | None = None,
+                  inplace: bool = False, dtype=None, noncontiguous: bool = True) -> None:
     """Check only the forward of a ``torch.autograd.Function`` subclass against a torch reference.
 
     Forward's outputs are checked as ``check_function`` checks them (number, shape, dtype, values,
-    inputs modified in place; ``inplace`` as there), with the same messages, but backward is never
-    called: a test of forward alone must not fail because backward is not written yet.
+    inputs modified in place; ``inplace``, ``dtype`` and ``noncontiguous`` as there), with the same messages,
+    but backward is never called: a test of forward alone must not fail because backward is not written yet.
     """
-    rtol, atol = _tolerances("check_forward", args, rtol, atol)
-    report, inputs = _start(function, args, inplace, (), False)
+    __tracebackhide__ = True  # noqa: F841
+    rtol, atol = _tolerances("check_forward", args, rtol, atol, dtype)
+    report, inputs = _start(function, args, inplace, (), False, dtype)
     try:
         _check_forward(function, reference, inputs, report, rtol, atol)
     except _StudentError as err:
         report.add(err.message)
     report.raise_if_any()
+    if noncontiguous:
+        check_layouts(function, reference, inputs, report, rtol, atol, backward=False)
+        report.raise_if_any()
 
 
-def _start(function, args, inplace, constants, autograd_in_backward) -> tuple[_Report, _Inputs]:
+def _start(function, args, inplace, constants, autograd_in_backward, dtype=None,
+           strict_gradients=False) -> tuple[_Report, _Inputs]:
     """What every check begins with: an empty report titled by the Function, which must be a
     Function class, and its arguments as the checks see them."""
     name = getattr(function, "__name__", repr(function))
     _check_is_function_class(function, name)
     return (_Report(f"{name} does not match torch"),
-            _describe_inputs(function, args, inplace, constants, autograd_in_backward))
+            _describe_inputs(function, args, inplace, constants, autograd_in_backward, dtype, strict_gradients))
 
 
 __all__ = ["check_built_on", "check_callable", "check_custom_op", "check_device", "check_forward", "check_function", "check_kernel", "check_saved",

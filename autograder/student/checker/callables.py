@@ -10,24 +10,28 @@ from __future__ import annotations
 
 import inspect
 
-from autograder.student.checker.core import _compare_outputs, _input_names, _upstream
+from autograder.student.checker.core import _compare_outputs, _handed, _input_names, _upstream
+from autograder.student.checker.layouts import try_layouts
 from autograder.student.checker.messages import _run_reference, _run_student, _shape, wrong_gradient
+from autograder.student.checker.patterns import _diagnose
 from autograder.student.checker.references import (
-    ATOL, RTOL, _as_float64, _as_tuple, _autograd_grad, _close, _device_of, _Function, _Generator, _Inputs,
-    _is_float_tensor,
-    _Module, _Report, _StudentError, _Tensor, _tolerances, _zeros_like,
+    _as_tuple, _autograd_grad, _Case, CheckFailure, _close, _device_of, _Function, _Generator, _Inputs, _Module,
+    _Report, _StudentError, _Tensor, _tolerances, _zeros_like,
 )
 
 
-def check_callable(function, reference, *args, rtol: float = RTOL, atol: float = ATOL, uses: tuple = (),
-                   vmap: bool = False, forward_ad: bool = False, double_backward: bool = False,
-                   compile: bool = False, mutates: bool = False) -> None:  # noqa: A002
+def check_callable(function, reference, *args, rtol: float | None = None, atol: float | None = None,
+                   uses: tuple = (), dtype=None, noncontiguous: bool = True, vmap: bool = False,
+                   forward_ad: bool = False, double_backward: bool = False, compile: bool = False,
+                   mutates: bool = False) -> None:  # noqa: A002
     """Check a differentiable function, custom operator or ``nn.Module`` class against a torch reference.
 
     ``function(*args)`` (for a Module class, ``function()(*args)``: built with no arguments) must
     give the reference's outputs, and the gradient of each floating-point tensor argument, for random
-    upstream gradients on every output that needs one, must match torch autograd on ``reference``.
-    Floating-point tensors in ``args`` are copied to fresh float64 leaves; other values pass through.
+    upstream gradients on every output that needs one, must match torch autograd on ``reference``
+    (a wrong gradient's likely mistake named, as ``check_function`` names it).
+    Floating-point tensors in ``args`` are copied to fresh float64 leaves (``dtype`` and ``noncontiguous`` as
+    for ``check_function``); other values pass through.
     A ``torch.autograd.Function`` is checked with ``check_function`` instead. ``uses`` names Functions
     (``("PolyFunction",)``) whose backward must be in the outputs' graph; that a callable follows them,
     changed, is ``check_built_on``'s check, which runs this one with ``uses`` first.
@@ -35,11 +39,11 @@ def check_callable(function, reference, *args, rtol: float = RTOL, atol: float =
     with the reference's (``transforms``); ``mutates``: the function changes its arguments in place
     (and returns None): the arguments after the call are compared, and no gradient is asked for.
     """
+    __tracebackhide__ = True  # noqa: F841 - IPython leaves the checker's frames out of a failing test's traceback
     name = getattr(function, "__name__", type(function).__name__)
-    rtol, atol = _tolerances("check_callable", args, rtol, atol)
+    rtol, atol = _tolerances("check_callable", args, rtol, atol, dtype)
     run = _callable(function, name, _device_of(args))
-    names = _argument_names(function, len(args))
-    inputs = _Inputs(args, names, False, frozenset(), frozenset(), (), False)
+    inputs = _Inputs(args, _argument_names(function, len(args)), dtype=dtype)
     report = _Report(f"{name} does not match torch")
     options = {"vmap": vmap, "forward_ad": forward_ad, "double_backward": double_backward, "compile": compile,
                "mutates": mutates}
@@ -48,9 +52,7 @@ def check_callable(function, reference, *args, rtol: float = RTOL, atol: float =
             _compare_transforms(name, run, reference, args, ["mutates"], inputs, report, rtol, atol)
             report.raise_if_any()
             return
-        leaves, got = _call(lambda *a: run()(*a), args, inputs)
-        reference_leaves, expected = _call(lambda *a: _run_reference(reference, a), args, None)
-        _compare_outputs(got, expected, report, rtol, atol, who=name)
+        got, expected = _outputs(name, run, reference, inputs, report, rtol, atol)
         report.raise_if_any()
         missing = missing_functions(uses, graph_names(got))
         if missing:
@@ -58,13 +60,29 @@ def check_callable(function, reference, *args, rtol: float = RTOL, atol: float =
             report.raise_if_any()
         used = [k for k, e in enumerate(expected) if isinstance(e, _Tensor) and e.requires_grad]
         if used:
-            _compare_gradients(name, names, got, expected, used, leaves, reference_leaves, inputs, report, rtol, atol)
+            _compare_gradients(name, run, reference, inputs, expected, used, report, rtol, atol)
         report.raise_if_any()
+        if noncontiguous:
+            def on_layout(laid, found):
+                _compare_outputs(_call(run, laid)[1], expected, found, rtol, atol, who=name)
+                if used and not found.problems:
+                    _compare_gradients(name, run, reference, laid, expected, used, found, rtol, atol, diagnose=False)
+
+            try_layouts(inputs, report, on_layout, expected if used else ())
+            report.raise_if_any()
         _compare_transforms(name, run, reference, args, [k for k, on in options.items() if on], inputs, report,
                             rtol, atol)
     except _StudentError as err:
         report.add(err.message)
     report.raise_if_any()
+
+
+def _outputs(name, run, reference, inputs, report, rtol, atol) -> tuple[tuple, tuple]:
+    """(the callable's outputs, the reference's, in the checker's precision), compared into ``report``."""
+    got = _call(run, inputs)[1]
+    expected = _call(lambda: lambda *a: _run_reference(reference, a), inputs, student=False)[1]
+    _compare_outputs(got, expected, report, rtol, atol, who=name)
+    return got, expected
 
 
 def _compare_transforms(name, run, reference, args, kinds, inputs, report, rtol, atol) -> None:
@@ -114,15 +132,15 @@ def _callable(function, name: str, device):
     """What builds the thing to call: the function itself, or a new instance of a Module class on ``device``
     (the arguments')."""
     if isinstance(function, type) and issubclass(function, _Function):
-        raise AssertionError(f"{name} is a torch.autograd.Function: check it with check_function({name}, ...).")
+        raise CheckFailure(f"{name} is a torch.autograd.Function: check it with check_function({name}, ...).")
     if isinstance(function, _Module):
-        raise AssertionError(f"{name} is a Module instance: pass the class itself, check_callable("
+        raise CheckFailure(f"{name} is a Module instance: pass the class itself, check_callable("
                              f"{type(function).__name__}, ...); it is built with no arguments.")
     if isinstance(function, type) and issubclass(function, _Module):
         return lambda: function().to(device)
     if callable(function) and not isinstance(function, type):
         return lambda: function
-    raise AssertionError(f"{name} is not a function or an nn.Module class.")
+    raise CheckFailure(f"{name} is not a function or an nn.Module class.")
 
 
 def argument_names(target, count: int) -> list[str]:
@@ -146,34 +164,48 @@ def _argument_names(function, count: int) -> list[str]:
     return (params + [f"input {i}" for i in range(len(params), count)])[:count]
 
 
-def _call(run, args, inputs):
-    """(the float64 leaves, the outputs as a tuple) of ``run`` on fresh copies of ``args``."""
-    leaves, call = [], []
-    for a in args:
-        if _is_float_tensor(a):
-            leaf = _as_float64(a).requires_grad_(True)
-            leaves.append(leaf)
-            call.append(leaf)
-        else:
-            call.append(_as_float64(a))
-    outputs = run(*call) if inputs is None else _run_student("the call", lambda: run(*call), inputs)
-    return leaves, _as_tuple(outputs)
+def _call(run, inputs, student: bool = True, upstream=None, used=()):
+    """(the leaves, the outputs as a tuple) of ``run()`` called on fresh copies of the arguments (``inputs.fresh``);
+    the ``student``'s runs as student code. With ``upstream``, also the gradients of the ``used``
+    outputs for those upstream gradients, one per leaf (zeros for none)."""
+    call, leaves = inputs.fresh()
+
+    def go():
+        outputs = _as_tuple(run()(*call))
+        if upstream is None:
+            return outputs
+        for k in used:
+            if not isinstance(outputs[k], _Tensor) or outputs[k].grad_fn is None:
+                raise _StudentError(f"its output {k} is not connected to its inputs (it has no grad_fn): compute it "
+                                    f"from the inputs with differentiable operations, not from a detached copy.")
+        chosen = [outputs[k] for k in used]
+        grads = _autograd_grad(chosen, leaves, _handed(upstream, chosen, inputs) if student else upstream,
+                               allow_unused=True)
+        return [g.detach() if g is not None else _zeros_like(leaf) for g, leaf in zip(grads, leaves)]
+
+    return leaves, (_run_student("the call", go, inputs) if student else go())
 
 
-def _compare_gradients(name, names, got, expected, used, leaves, reference_leaves, inputs, report, rtol, atol) -> None:
-    upstream = _upstream(expected, used, 0)
-    right = _autograd_grad([expected[k] for k in used], reference_leaves, upstream, allow_unused=True)
-    for k in used:
-        if got[k].grad_fn is None:
-            report.add(f"{name}'s output {k} is not connected to its inputs (it has no grad_fn): compute it from "
-                       f"the inputs with differentiable operations, not from a detached copy.")
-            return
-    grads = _run_student("backward", lambda: _autograd_grad([got[k] for k in used], leaves,
-                                                            [u.clone() for u in upstream], allow_unused=True), inputs)
-    tensor_names = [n for n, a in zip(names, inputs.args) if _is_float_tensor(a)]
-    for leaf, label, g, e in zip(leaves, tensor_names, grads, right):
-        want = e if e is not None else _zeros_like(leaf)
-        have = g.detach() if g is not None else _zeros_like(leaf)
-        if not _close(have, want, rtol, atol):
-            report.add(wrong_gradient(label, want, have) if have.shape == want.shape else
-                       f"the gradient for `{label}` has shape {_shape(have)}, expected {_shape(want)}.")
+def _compare_gradients(name, run, reference, inputs, expected_outputs, used, report, rtol, atol,
+                       diagnose: bool = True) -> None:
+    """Each float argument's gradient for random upstream gradients on the ``used`` outputs of the reference's
+    ``expected_outputs``, against torch's on the reference; a wrong one's likely mistake named (``_diagnose``),
+    as check_function names it."""
+    upstream = _upstream(expected_outputs, used, 0)
+
+    def student(upstream):
+        return _call(run, inputs, upstream=upstream, used=used)[1]
+
+    def torch_gradients(upstream):
+        return _call(lambda: lambda *a: _run_reference(reference, a), inputs, student=False, upstream=upstream,
+                     used=used)[1]
+
+    grads, right = student(upstream), torch_gradients(upstream)
+    case = _Case(used, upstream, "", len(used) > 1)
+    for j, (i, have, want) in enumerate(zip(inputs.tensor_positions, grads, right)):
+        label = inputs.names[i]
+        if have.shape != want.shape:
+            report.add(f"the gradient for `{label}` has shape {_shape(have)}, expected {_shape(want)}.")
+        elif not _close(have, want, rtol, atol):
+            hint = _diagnose(inputs, case, j, have, right, rtol, atol, student, torch_gradients) if diagnose else ""
+            report.add(wrong_gradient(label, want, have, rtol, atol, hint=hint))

@@ -12,14 +12,15 @@ import contextlib
 import inspect
 
 from autograder.student.checker.messages import (
-    _DEVICE_RULE, _a_tensor_on, _a_value_of_type, _count, _diagnose, _difference, _dtype, _is_tensor_close,
-    _output_label, _raw_problem, _returned_none, _run_reference, _run_student, _shape, wrong_gradient, wrong_output,
+    _DEVICE_RULE, _a_tensor_on, _a_value_of_type, _count, _difference, _dtype, _output_label, _run_reference,
+    _run_student, _shape, _short, _same_value, wrong_gradient, wrong_output,
 )
+from autograder.student.checker.patterns import _diagnose, _is_tensor_close, _raw_problem, _returned_none, _tidied
 from autograder.student.checker.flags import _FLAG_RULE, _explain_needs_input_grad_error, _flag_branches, _wrong_flag
 from autograder.student.checker.references import (
-    _allclose, _as_tuple, _autograd_grad, _Case, _close, _draw, _engine_module, _equal, _Function, _Generator,
-    _graph_node, _HandedBackToAutograd, _Inputs, _is_float_tensor, _no_grad, _StudentError, _Tensor,
-    _zeros_like,
+    _allclose, _as_tuple, _autograd_backward, _autograd_grad, _Case, CheckFailure, _close, _draw, _engine_module,
+    _equal, _Function, _Generator, _graph_node, _HandedBackToAutograd, _Inputs, _is_float_tensor, laid_out, _no_grad,
+    _StudentError, _Tensor, _TORCH_BASES, _zeros_like,
 )
 
 # --------------------------------------------------------------------------------------------
@@ -32,19 +33,36 @@ def _check_is_function_class(function, name: str) -> None:
     """A Function class that defines forward and backward; each may be a staticmethod, a classmethod
     or a plain function, as ``Function.apply`` calls each of them on the class."""
     if isinstance(function, _Function):
-        raise AssertionError(
+        raise CheckFailure(
             f"{name} is an instance; pass the class itself. Custom Functions are never "
             f"instantiated: call them as {type(function).__name__}.apply(...)."
         )
     if not (isinstance(function, type) and issubclass(function, _Function)):
-        raise AssertionError(f"{name} is not a subclass of torch.autograd.Function.")
+        raise CheckFailure(f"{name} is not a subclass of torch.autograd.Function.")
     for method in ("forward", "backward"):
         if not _defines(function, method) and (method == "forward" or not _defines(function, "vjp")):
-            raise AssertionError(f"{name} does not define {method}(ctx, ...).")
+            raise CheckFailure(f"{name} does not define {method}(ctx, ...).")
+    legacy = [m for m in _undecorated(function) if _first_parameter(getattr(function, m)) == "self"]
+    if legacy:
+        methods, has = " and ".join(legacy), "has" if len(legacy) == 1 else "have"
+        raise CheckFailure(
+            f"{name} is written in PyTorch's legacy style: {methods} {has} no @staticmethod and take `self` "
+            f"first. {name}.apply(...) runs it anyway (torch passes ctx as `self`), but the legacy call "
+            f"{name}()(x) raises \"Legacy autograd function with non-static forward method is deprecated\", and "
+            f"nothing set on `self` in __init__ is there. Put @staticmethod on the line above each 'def', take ctx "
+            f"first, and call {name}.apply(x), with settings as arguments of apply, kept on ctx.")
+
+
+def _first_parameter(method) -> str | None:
+    try:
+        return next(iter(inspect.signature(method).parameters), None)
+    except (TypeError, ValueError):
+        return None
 
 
 def _defines(function, method: str) -> bool:
-    return any(method in vars(k) for k in function.__mro__ if not k.__module__.startswith("torch"))
+    """Whether ``function`` or a base class of its own (not one of torch's) defines ``method``."""
+    return any(method in vars(k) for k in function.__mro__ if k not in _TORCH_BASES)
 
 
 def _uses_setup_context(function) -> bool:
@@ -56,7 +74,7 @@ def _undecorated(function) -> tuple[str, ...]:
     found = []
     for method in _METHODS:
         defined_in = next((k for k in function.__mro__ if method in vars(k)), None)
-        if defined_in is not None and not defined_in.__module__.startswith("torch") \
+        if defined_in is not None and defined_in not in _TORCH_BASES \
                 and not isinstance(vars(defined_in)[method], (staticmethod, classmethod)):
             found.append(method)
     return tuple(found)
@@ -85,7 +103,8 @@ def _input_names(function, count: int) -> list[str]:
     return names[:count]
 
 
-def _describe_inputs(function, args, inplace, constants, autograd_in_backward) -> _Inputs:
+def _describe_inputs(function, args, inplace, constants, autograd_in_backward, dtype=None,
+                     strict_gradients=False) -> _Inputs:
     """The arguments as the checks see them; ``constants`` name tensor arguments by name or position."""
     names = _input_names(function, len(args))
     params = [p for p in _forward_params(function) if p.kind is not p.VAR_POSITIONAL][:len(args)]
@@ -98,7 +117,7 @@ def _describe_inputs(function, args, inplace, constants, autograd_in_backward) -
                                f"({', '.join(names)}) (this is a problem with the test, not with your Function)")
         positions.add(i)
     return _Inputs(args, names, inplace, frozenset(positions), optional, _undecorated(function),
-                   autograd_in_backward)
+                   autograd_in_backward, dtype, strict_gradients=strict_gradients)
 
 
 # --------------------------------------------------------------------------------------------
@@ -125,8 +144,13 @@ def _compare_outputs(got: tuple, expected: tuple, report, rtol, atol, who: str =
         report.raise_if_any()
     for k, (g, e) in enumerate(zip(got, expected)):
         label = _output_label(k, len(got), f"{who}'s output")
-        if not isinstance(g, _Tensor):
-            report.add(f"{label} is a {type(g).__name__}, expected a tensor.")
+        if not isinstance(e, _Tensor):
+            if not _same_value(g, e):
+                report.add(f"{label} is {_short(g)}, expected {_short(e)}.")
+        elif not isinstance(g, _Tensor):
+            numpy = type(g).__module__ == "numpy"
+            report.add(f"{label} is {'a NumPy array' if numpy else 'a ' + type(g).__name__}, expected a tensor"
+                       + (": return a tensor (torch.as_tensor(array, device=x.device))." if numpy else "."))
         elif g.shape != e.shape:
             report.add(f"{label} has shape {_shape(g)}, expected {_shape(e)}.")
         elif g.device != e.device:
@@ -136,9 +160,9 @@ def _compare_outputs(got: tuple, expected: tuple, report, rtol, atol, who: str =
                    else "integer outputs such as indices must keep their integer dtype")
             report.add(f"{label} has dtype {_dtype(g)}, expected {_dtype(e)}: {why}.")
         elif not e.is_floating_point() and not _equal(g, e):
-            report.add(f"{label} is wrong (integer values must match exactly).\n{_difference(e, g)}")
+            report.add(f"{label} is wrong (integer values must match exactly).\n{_difference(e, g, 0.0, 0.0)}")
         elif not _close(g, e, rtol, atol):
-            report.add(wrong_output(label, who, e, g))
+            report.add(wrong_output(label, who, e, g, rtol, atol))
 
 
 def _check_modified_inputs(call, versions, outputs, inputs, report) -> None:
@@ -181,10 +205,10 @@ def _check_backward(function, reference, inputs, report, rtol, atol) -> None:
     raw = _raw_gradients(function, reference, inputs, cases[0], report, rtol, atol)
     if raw is None:
         return
-    got, unsound = raw
+    got, unsound, reshaped = raw
     if unsound:
         # Autograd would reject, sum or cast those gradients: judge the others as backward returned them.
-        _judge(function, reference, inputs, cases[0], got, unsound, report, rtol, atol)
+        _judge(function, reference, inputs, cases[0], got, unsound, report, rtol, atol, reshaped)
         return
     for case in cases:
         try:
@@ -192,7 +216,7 @@ def _check_backward(function, reference, inputs, report, rtol, atol) -> None:
         except _StudentError as err:
             report.add(err.message)
             continue
-        _judge(function, reference, inputs, case, got, set(), report, rtol, atol)
+        _judge(function, reference, inputs, case, got, set(), report, rtol, atol, reshaped)
     if not report.problems:
         _check_needs_input_grad(function, reference, inputs, cases[0], report, rtol, atol)
 
@@ -203,6 +227,13 @@ def _upstream(outputs, used, seed: int) -> list:
     return [_draw(outputs[k].shape, gen, outputs[k].dtype, outputs[k].device) for k in used]
 
 
+def _handed(upstream, outputs, inputs) -> list:
+    """The upstream gradients as the student's backward gets them: copies in each output's dtype, laid out as
+    ``inputs.grad_layout`` says."""
+    return [laid_out(u.to(o.dtype if isinstance(o, _Tensor) and o.is_floating_point() else u.dtype, copy=True),
+                     inputs.grad_layout) for u, o in zip(upstream, outputs)]
+
+
 def _expected_gradients(reference, inputs, used, upstream) -> list:
     call, leaves = inputs.fresh()
     outputs = _as_tuple(_run_reference(reference, call))
@@ -211,20 +242,29 @@ def _expected_gradients(reference, inputs, used, upstream) -> list:
 
 
 def _student_gradients(function, inputs, used, upstream) -> list:
+    """The gradients autograd gives each tensor input for ``upstream`` on the ``used`` outputs; with
+    ``inputs.autograd_in_backward``, by ``.backward()``, as reentrant checkpointing needs (it refuses
+    ``torch.autograd.grad``)."""
     call, leaves = inputs.fresh()
     outputs = _as_tuple(_run_student("forward", lambda: function.apply(*call), inputs))
+    return _gradients_of(outputs, leaves, inputs, used, upstream)
+
+
+def _gradients_of(outputs, leaves, inputs, used, upstream) -> list:
+    """The gradients of ``leaves`` for ``upstream`` on the ``used`` ``outputs`` of the student's forward."""
     for k in used:
         if not isinstance(outputs[k], _Tensor) or outputs[k].grad_fn is None:
             raise _StudentError(
                 f"forward's output {k} is not connected to the inputs (it has no grad_fn): "
                 f"return a new tensor computed in forward, not a detached or .data copy."
             )
-    grads = _run_student(
-        "backward",
-        lambda: _autograd_grad([outputs[k] for k in used], leaves, [u.clone() for u in upstream],
-                               allow_unused=True),
-        inputs,
-    )
+    chosen = [outputs[k] for k in used]
+    if inputs.autograd_in_backward:
+        _run_student("backward", lambda: _autograd_backward(chosen, _handed(upstream, chosen, inputs)), inputs)
+        grads = [leaf.grad for leaf in leaves]
+    else:
+        grads = _run_student("backward", lambda: _autograd_grad(chosen, leaves, _handed(upstream, chosen, inputs),
+                                                                allow_unused=True), inputs)
     return [g.detach() if g is not None else None for g in grads]
 
 
@@ -242,8 +282,8 @@ def _run_backward(function, inputs, case, requires=None):
     if node is None:
         return None
     grads_in = [_zeros_like(o) if isinstance(o, _Tensor) else None for o in outputs]
-    for k, u in zip(case.used, case.upstream):
-        grads_in[k] = u.clone()
+    for k, u in zip(case.used, _handed(case.upstream, [outputs[k] for k in case.used], inputs)):
+        grads_in[k] = u
     watched = [g for g in grads_in if g is not None] if requires is None else []
     versions, snapshots = [g._version for g in watched], [g.clone() for g in watched]
     guard = contextlib.nullcontext() if inputs.autograd_in_backward else _autograd_forbidden()
@@ -262,7 +302,8 @@ def _raw_gradients(function, reference, inputs, case, report, rtol, atol):
     calling the graph node ourselves sees exactly what ``backward`` returned. It also catches a
     backward that modifies ``grad_output`` in place or hands the work back to autograd.
     Returns ``None`` when backward's answer is unusable as a whole, else (the gradient of each
-    tensor input as returned, the indices of those with the wrong type, shape or dtype).
+    tensor input as autograd leaves it, the indices of those with the wrong type, shape or dtype, and for each
+    one autograd summed to its input's shape the words that say so).
     """
     ran = _run_backward(function, inputs, case)
     if ran is None:
@@ -309,7 +350,23 @@ def _raw_gradients(function, reference, inputs, case, report, rtol, atol):
         if problem:
             report.add(problem)
             unsound.add(j)
-    return got, unsound
+    tidied = [g if j in unsound else _tidied(g, expected[j], inputs.working_dtype(inputs.args[i]))
+              for j, (i, g) in enumerate(zip(inputs.tensor_positions, got))]
+    reshaped = {j: _summed_words(got, j, expected, inputs, rtol, atol) for j, g in enumerate(got)
+                if j not in unsound and isinstance(g, _Tensor) and g.shape != expected[j].shape}
+    return tidied, unsound, reshaped
+
+
+def _summed_words(got, j, expected, inputs, rtol, atol) -> str:
+    """' (backward returned it with shape [4, 3], which autograd summed to ...)', or, where it is another input's
+    gradient, that backward returns its gradients in the wrong order."""
+    names = [inputs.names[i] for i in inputs.tensor_positions]
+    whose = [k for k, e in enumerate(expected) if k != j and _close(got[j], e, rtol, atol)]
+    if whose:
+        return (f" (backward returned it with shape {_shape(got[j])}: it is the gradient of `{names[whose[0]]}`, so "
+                f"backward returns its gradients in the wrong order)")
+    return (f" (backward returned it with shape {_shape(got[j])}, which autograd summed to `{names[j]}`'s shape "
+            f"{_shape(expected[j])})")
 
 
 def _check_constant_gradient(reference, inputs, case, i, got, report, rtol, atol) -> None:
@@ -327,7 +384,7 @@ def _check_constant_gradient(reference, inputs, case, i, got, report, rtol, atol
     if isinstance(got, _Tensor) and _close(got, expected, rtol, atol):
         return
     if isinstance(got, _Tensor) and got.shape == expected.shape:
-        detail = f"\n{_difference(expected, got)}"
+        detail = f"\n{_difference(expected, got, rtol, atol)}"
     else:
         what = f"has shape {_shape(got)}" if isinstance(got, _Tensor) else f"is not a tensor but a {type(got).__name__}"
         detail = f" It {what}; `{name}` has shape {_shape(expected)}."
@@ -335,7 +392,7 @@ def _check_constant_gradient(reference, inputs, case, i, got, report, rtol, atol
                f"`{name}` (a constant needs no gradient), or its right gradient.{detail}")
 
 
-def _judge(function, reference, inputs, case, got, skip, report, rtol, atol) -> None:
+def _judge(function, reference, inputs, case, got, skip, report, rtol, atol, reshaped=None) -> None:
     """Compare each tensor input's gradient with torch's; report and diagnose the wrong ones."""
     expected = _expected_gradients(reference, inputs, case.used, case.upstream)
     names = [inputs.names[i] for i in inputs.tensor_positions]
@@ -354,7 +411,7 @@ def _judge(function, reference, inputs, case, got, skip, report, rtol, atol) -> 
                          student=lambda upstream: _student_gradients(function, inputs, case.used, upstream),
                          torch_gradients=lambda upstream: _expected_gradients(reference, inputs, case.used,
                                                                               upstream))
-        report.add(wrong_gradient(names[j], e, g, case.when, hint))
+        report.add(wrong_gradient(names[j], e, g, rtol, atol, case.when + (reshaped or {}).get(j, ""), hint))
 
 
 def _check_needs_input_grad(function, reference, inputs, case, report, rtol, atol) -> None:
@@ -400,6 +457,8 @@ def _check_needs_input_grad(function, reference, inputs, case, report, rtol, ato
             continue
         for i in positions:
             got = raw[i] if i < len(raw) else None
+            if not inputs.strict_gradients:
+                got = _tidied(got, expected[i], inputs.working_dtype(inputs.args[i]))
             if i not in requires:
                 clue = wrong_flag(i) if got is not None else ""
                 if clue:
@@ -410,7 +469,7 @@ def _check_needs_input_grad(function, reference, inputs, case, report, rtol, ato
                     report.add(f"{label}, backward returned None for `{names[i]}`, which needs a gradient."
                                f"{wrong_flag(i) or _FLAG_RULE}")
             elif not _is_tensor_close(got, expected[i], rtol, atol):
-                shown = (f"\n{_difference(expected[i], got)}" if isinstance(got, _Tensor)
+                shown = (f"\n{_difference(expected[i], got, rtol, atol)}" if isinstance(got, _Tensor)
                          and got.shape == expected[i].shape else f" It is not a tensor of shape {_shape(expected[i])}.")
                 report.add(f"{label}, the gradient for `{names[i]}` is wrong, though it is right when every "
                            f"input requires grad.{_FLAG_RULE}{shown}")

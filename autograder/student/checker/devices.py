@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from autograder.student.checker.messages import MET_THERE, _device_mistake, _student_line, _wrong_device
 from autograder.student.checker.references import (
-    _as_tuple, _device, _enable_grad, _graph_node, _is_float_tensor, _no_grad, _ones_like, _Tensor,
+    _as_tuple, CheckFailure, _device, _enable_grad, _graph_node, _is_float_tensor, _no_grad, _ones_like, _Tensor,
 )
 
 
@@ -79,4 +79,4 @@ def check_device(function, *args, device="meta") -> None:
     _check_is_function_class(function, name)
     problem = device_problem(name, device_record(function, args, device), device)
     if problem:
-        raise AssertionError(problem)
+        raise CheckFailure(problem)

@@ -18,7 +18,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from autograder.student.checker.references import _as_float64, _draw
+from autograder.student.checker.references import CheckFailure, _as_float64, _draw
 
 
 def float64_leaves(args) -> list:
@@ -85,7 +85,7 @@ def explain_known_mistakes(function, args, mistakes, seed=0) -> None:
     ``mistakes``: {description: wrong(*inputs, grad_output) -> {input name: that wrong gradient}}."""
     problem = mistake_found(function.__name__, backward_record(function, args, seed), args, mistakes)
     if problem:
-        raise AssertionError(problem)
+        raise CheckFailure(problem)
 
 
 def finite_record(function, args) -> dict:
@@ -114,7 +114,7 @@ def explain_non_finite(function, args, situation, forward_advice, backward_advic
     problem = non_finite_problem(function.__name__, finite_record(function, args), situation, forward_advice,
                                  backward_advice)
     if problem:
-        raise AssertionError(problem)
+        raise CheckFailure(problem)
 
 
 class _LargestTensor(TorchDispatchMode):
@@ -150,7 +150,7 @@ def check_backward_size(function, *args, below: int) -> None:
     """Fail if backward creates a tensor of ``below`` elements or more (a Jacobian, where a VJP will do)."""
     problem = backward_size_problem(function.__name__, largest_tensor_in_backward(function, *args), below)
     if problem:
-        raise AssertionError(problem)
+        raise CheckFailure(problem)
 
 
 def dtype_record(function, args) -> dict:
@@ -179,4 +179,4 @@ def check_keeps_dtype(function, *args) -> None:
     """Fail if float inputs of one dtype (float32, say) give outputs or gradients of another."""
     problem = dtype_problem(function.__name__, dtype_record(function, args), args)
     if problem:
-        raise AssertionError(problem)
+        raise CheckFailure(problem)

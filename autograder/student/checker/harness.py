@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 
-from autograder.student.checker.references import _close, _equal, _Tensor
+from autograder.student.checker.references import CheckFailure, _close, _equal, _Tensor
 
 
 def same_data(got, want, rtol: float, atol: float) -> bool:
@@ -73,14 +73,14 @@ def check_values(function, reference, *args, rtol: float = 1e-9, atol: float = 0
     got, want = as_data(function(*_copies(args))), as_data(reference(*_copies(args)))
     if not same_data(got, want, rtol, atol):
         name = getattr(function, "__name__", "the function")
-        raise AssertionError(f"{name}{tuple(short(a) for a in args)} gives {short(got)}, expected {short(want)}")
+        raise CheckFailure(f"{name}{tuple(short(a) for a in args)} gives {short(got)}, expected {short(want)}")
 
 
 def check_with(harness, function, reference, *args, rtol: float = 1e-9, atol: float = 0.0) -> None:
     """Check that ``harness(function, *args)`` gives what ``harness(reference, *args)`` gives."""
     got, want = as_data(harness(function, *_copies(args))), as_data(harness(reference, *_copies(args)))
     if not same_data(got, want, rtol, atol):
-        raise AssertionError(with_message(harness.__name__, getattr(function, "__name__", "yours"), got, want,
+        raise CheckFailure(with_message(harness.__name__, getattr(function, "__name__", "yours"), got, want,
                                           rtol, atol))
 
 

@@ -26,7 +26,8 @@ import re
 import torch
 
 from autograder.student.checker.harness import _copies, as_data, same_data, short
-from autograder.student.checker.references import _Tensor
+from autograder.student.checker.messages import _number
+from autograder.student.checker.references import CheckFailure, _Tensor
 
 TILE_SIDES = tuple(2 ** k for k in range(11))  # square tiles a kernel may use: 1 ... 1024
 PADDING = 3  # the extra elements per row of check_kernel's non-contiguous copies
@@ -44,6 +45,7 @@ def check_kernel(function, reference, *args, rtol: float = 1e-5, atol: float = 1
     the wrong place, elements never written, a wrong row stride, a matrix assumed contiguous, a sum over
     the wrong axis, one block's partial sum where all of them should be added.
     """
+    __tracebackhide__ = True  # noqa: F841 - IPython leaves the checker's frames out of a failing test's traceback
     name = getattr(function, "__name__", "your function")
     with fresh_memory_is_nan():
         runs = kernel_runs(function, args, strided)
@@ -53,7 +55,7 @@ def check_kernel(function, reference, *args, rtol: float = 1e-5, atol: float = 1
         raise error  # not a mistake the course can name: the student's own error, with its traceback
     unguarded = _unguarded()
     if problem:
-        raise AssertionError(problem + (f"\n(Note: {unguarded})" if unguarded else "")) from None
+        raise CheckFailure(problem + (f"\n(Note: {unguarded})" if unguarded else "")) from None
     if unguarded:
         print(f"check_kernel: {name} passes, but {unguarded}")
 
@@ -137,7 +139,7 @@ def kernel_problem(name: str, got, want, rtol: float = 1e-5, atol: float = 1e-5,
         if wrong.any():
             found = _value_problem(what, g, w, wrong, wants, k, rtol, atol)
             if found is None:
-                return _row_step(name, args, "is wrong") if right_on_one_row else _anywhere(what, g, w, wrong)
+                return _row_step(name, args, "is wrong") if right_on_one_row else _anywhere(what, g, w, wrong, rtol, atol)
             return found
     return None
 
@@ -195,7 +197,7 @@ def _value_problem(what: str, got, want, wrong, wants, k: int, rtol: float, atol
     return None
 
 
-def _anywhere(what: str, got, want, wrong) -> str:
+def _anywhere(what: str, got, want, wrong, rtol: float, atol: float) -> str:
     """A wrong result without a pattern: how many elements, where the first is, NaN or a wrong number."""
     unwritten = torch.isnan(got) & ~torch.isnan(want)
     first = tuple(int(i) for i in wrong.nonzero()[0])
@@ -203,8 +205,11 @@ def _anywhere(what: str, got, want, wrong) -> str:
         return (f"{what} holds NaN at {int(unwritten.sum()):,} of {got.numel():,} elements (the first at index "
                 f"{list(first)}): elements no program wrote (new tensors hold NaN here), or a NaN read through a "
                 f"masked tl.load without other=0 that was not masked out again")
+    have, right = float(got[first]), float(want[first])
     return (f"{what} is wrong at {int(wrong.sum()):,} of {got.numel():,} elements, the first at index {list(first)}: "
-            f"{got[first].item():.6g} where {want[first].item():.6g} is right")
+            f"{_number(have, right)} where {_number(right, have)} is right, a difference of {abs(have - right):.3g} "
+            f"where {atol + rtol * abs(right):.3g} is allowed (rtol={rtol:.3g}, atol={atol:.3g}; pass rtol= and atol= "
+            f"to change them)")
 
 
 def _tails(wrong) -> list[tuple[str, int, int]]:

@@ -1,10 +1,9 @@
-"""What a student reads: torch's errors in course terms, and the mistakes a wrong gradient reveals.
+"""What a student reads: torch's errors in course terms, and how far a wrong value is off.
 
 ``_run_student`` runs student code and turns any exception into a ``_StudentError`` whose message
 explains it (``_TORCH_ERRORS`` maps torch's own messages to the course's words, with the line of
-student code that raised). The ``_diagnose`` functions name the likely mistake behind a wrong
-gradient or tangent (forgotten grad_output, swapped order, transposed, a constant factor, a
-flipped sign); ``_difference`` shows where and by how much a result is off.
+student code that raised). ``_difference`` shows where and by how much a result is off, and within
+which tolerance it had to be. The mistakes a wrong gradient reveals are ``patterns``'s.
 
 How a test cell fails is said here once, for every place that finds it (the checks in the notebook,
 the grading kernels, the grader's referee), so that the notebook, ``check`` and the feedback page say
@@ -21,8 +20,8 @@ import traceback
 import torch
 
 from autograder.student.checker.references import (
-    _LIBRARY_DIRS, ATOL, RTOL, _allclose, _close, _float64, _HandedBackToAutograd, _Inputs, _isclose,
-    _ones_like, _StudentError, _Tensor, _zeros_like,
+    _LIBRARY_DIRS, ATOL, DTYPE_TOLERANCES, RTOL, _float64, _HandedBackToAutograd, _Inputs, _isclose, NotDone,
+    _StudentError,
 )
 
 # --------------------------------------------------------------------------------------------
@@ -85,6 +84,16 @@ _TORCH_ERRORS = [
      lambda m, names: "an `if` (or `while`, or bool()) on a tensor's value: under vmap one call handles "
                       "the whole batch, so Python cannot take a different branch for each example. "
                       "Compute without the `if` (torch.where, torch.clamp)."),
+    (r"a leaf Variable that requires grad (?:is being|has been) used in an in-place operation",
+     lambda m, names: "forward modified its input in place, and the check hands it a leaf tensor that requires "
+                      "grad, which autograd forbids to change: an in-place Function (with ctx.mark_dirty) is "
+                      "checked with check_function(..., inplace=True), which hands it a copy; any other forward "
+                      "computes a new tensor (x * 2, not x.mul_(2))."),
+    (r"An input that has been returned as-is as output is being saved for backward",
+     lambda m, names: "forward returned one of its inputs as it is, and setup_context saved it for backward. "
+                      "Torch refuses that unless forward changed the input in place and setup_context marked it "
+                      "with ctx.mark_dirty(input) (an in-place Function must), and under torch.func (vmap, grad) "
+                      "even then: otherwise return, and save, a new tensor (x.clone()) or a view (x.view_as(x))."),
     (r"does not require grad and does not have a grad_fn",
      lambda m, names: "an output of forward is not connected to the inputs: return new tensors "
                       "computed in forward, not detached copies."),
@@ -98,9 +107,29 @@ NOT_DONE = "not done yet (replace `raise NotImplementedError()` with your code)"
 
 
 def not_done(error: BaseException) -> bool:
-    """Whether ``error`` is an exercise left as released: its bare ``raise NotImplementedError()``, or
-    the checker's own report of one (``NotImplementedError(NOT_DONE)``)."""
-    return isinstance(error, NotImplementedError) and str(error) in ("", NOT_DONE)
+    """Whether ``error`` is an exercise left as released: its bare ``raise NotImplementedError()``, the
+    checker's own report of one (``NotDone``), or an error raised because of one (its cause or context, as
+    ``torch.library.opcheck``'s OpCheckError wraps what the operator raised)."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, NotImplementedError) and str(error) in ("", NOT_DONE):
+            return True
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def show_error(shell, etype, value, tb, tb_offset=None):
+    """IPython's handler for errors in a cell (``shell.set_custom_exc((Exception,), show_error)``): an exercise
+    left as released (``not_done``: its bare NotImplementedError, or an error it caused, such as
+    ``torch.library.opcheck``'s OpCheckError) is one line, its message in the error's value too (``check`` and
+    the feedback page read it there); any other error is shown as IPython shows it."""
+    if not_done(value):
+        shell._showtraceback(NotImplementedError, NotImplementedError(NOT_DONE), [f"NotImplementedError: {NOT_DONE}"])
+    elif isinstance(value, SyntaxError):
+        shell.showsyntaxerror()  # as IPython shows a cell that does not parse
+    else:
+        shell.showtraceback(running_compiled_code=True)  # IPython's own path for any other error (sys.exc_info())
 
 
 def student_error(error: str) -> str:
@@ -112,15 +141,16 @@ def student_error(error: str) -> str:
     return f"raised {error}"
 
 
-def wrong_output(label: str, who: str, expected, got) -> str:
+def wrong_output(label: str, who: str, expected, got, rtol: float, atol: float) -> str:
     """A floating-point output of ``who`` (forward, or a function's name) that differs from the reference's."""
-    return f"{label} is wrong, so the gradients cannot be right either; fix {who} first.\n{_difference(expected, got)}"
+    return (f"{label} is wrong, so the gradients cannot be right either; fix {who} first.\n"
+            f"{_difference(expected, got, rtol, atol)}")
 
 
-def wrong_gradient(name: str, expected, got, when: str = "", hint: str = "") -> str:
+def wrong_gradient(name: str, expected, got, rtol: float, atol: float, when: str = "", hint: str = "") -> str:
     """The gradient for the input called ``name`` differs from torch autograd's on the reference."""
     return (f"the gradient for `{name}` is wrong{when}.{hint}\nFor a random grad_output, compared with torch "
-            f"autograd on the reference: {_difference(expected, got)}")
+            f"autograd on the reference: {_difference(expected, got, rtol, atol)}")
 
 
 def _name(names: list[str], index: int) -> str:
@@ -141,11 +171,9 @@ def _run_student(stage: str, call, inputs: _Inputs):
             "as gradient checkpointing does when it recomputes forward under torch.enable_grad, is "
             "checked with check_function(..., autograd_in_backward=True).)"
         ) from None
-    except NotImplementedError as err:
-        if not_done(err):  # the exercise as released: the test cell says so, as for any call of it
-            raise NotImplementedError(NOT_DONE) from None
-        raise _StudentError(_explain(err, stage, inputs.names)) from None
     except Exception as err:  # noqa: BLE001 - any student error becomes an explanation
+        if not_done(err):  # the exercise as released: the test cell says so, as for any call of it
+            raise NotDone(NOT_DONE) from None
         made = _device_mistake(str(err), inputs.device)
         if made:
             raise _StudentError(_wrong_device(stage, made, inputs.device) + _student_line(err, MET_THERE)) from None
@@ -272,163 +300,53 @@ def _user_code_line(text: str) -> str:
 
 
 # --------------------------------------------------------------------------------------------
-# Mistake patterns
-
-
-def _is_tensor_close(value, expected, rtol, atol) -> bool:
-    return isinstance(value, _Tensor) and _close(value, expected, rtol, atol)
-
-
-def _raw_problem(got, j, name, expected, inputs, rtol, atol) -> str | None:
-    """What is wrong with the type, shape or dtype of ``got[j]``, the gradient of tensor input ``j``."""
-    r, e = got[j], expected[j]
-    if r is None:
-        return None
-    if not isinstance(r, _Tensor):
-        return (f"backward returned a {type(r).__name__} as the gradient for `{name}`; "
-                f"return a tensor of {name}'s shape {_shape(e)}.")
-    if r.shape != e.shape:
-        # A swap: this gradient is another input's, and that input's own gradient is wrong too.
-        others = [k for k, e_k in enumerate(expected) if k != j and _close(r, e_k, rtol, atol)
-                  and not _is_tensor_close(got[k], e_k, rtol, atol)]
-        if others:
-            other = inputs.names[inputs.tensor_positions[others[0]]]
-            hint = (f" It is the gradient of `{other}`: backward returns its gradients in the wrong "
-                    f"order. Return them in the order of forward's arguments.")
-        elif r.dim() >= 2 and r.mT.shape == e.shape and _close(r.mT, e, rtol, atol):
-            hint = " It is the transpose of the right gradient: swap the matrix product's order or transpose it."
-        elif _broadcasts_to(r.shape, e.shape):
-            hint = (" PyTorch would silently sum it down to the right shape and hide the bug: "
-                    "reduce it yourself (e.g. .sum(dim=...)) so the shapes match.")
-        else:
-            hint = ""
-        return (f"backward's gradient for `{name}` has shape {_shape(r)}, but `{name}` has shape "
-                f"{_shape(e)}: each gradient must have its input's shape.{hint}")
-    if r.device != e.device:
-        return (f"backward returned {_a_tensor_on(r.device)} as the gradient for `{name}`, which is on {e.device}: "
-                f"{_DEVICE_RULE}")
-    if r.dtype != e.dtype:
-        return (f"backward's gradient for `{name}` has dtype {_dtype(r)}, but `{name}` is "
-                f"{_dtype(e)}: make new tensors with dtype={name}.dtype (or torch.zeros_like / "
-                f"torch.ones_like).")
-    return None
-
-
-def _diagnose(inputs, case, j, g, expected, rtol, atol, student, torch_gradients) -> str:
-    """Name the likely mistake behind the wrong gradient ``g`` of tensor input ``j``, if recognisable.
-
-    ``student(upstream)`` and ``torch_gradients(upstream)`` give the student's and torch's
-    gradients for other upstream gradients (the student's may raise ``_StudentError``).
-    """
-    e = expected[j]
-    names = [inputs.names[i] for i in inputs.tensor_positions]
-    if bool(torch.isnan(g).any()) and not bool(torch.isnan(e).any()):  # NaN shows no pattern: say where it comes from
-        return (" It holds NaN where torch's gradient is finite: a value nothing should have used, such as an element "
-                "no code wrote, a masked lane of a kernel's tl.load without other=, or 0/0.")
-    for other, e_other in enumerate(expected):
-        if other != j and _close(g, e_other, rtol, atol):
-            return (f" It equals the gradient of `{names[other]}`: backward returns its gradients in "
-                    f"the wrong order. Return them in the order of forward's arguments.")
-    if g.dim() >= 2 and g.shape == g.mT.shape and _close(g.mT, e, rtol, atol):
-        return " It is the transpose of the right gradient."
-    if case.several_outputs and len(case.used) == 1 and _allclose(g, _zeros_like(g)):
-        k = case.used[0]
-        return (f" backward ignores the gradient of output {k} (its argument number {k + 1} after "
-                f"ctx): every output's gradient must flow back to the inputs.")
-    if _allclose(g, _zeros_like(g)):
-        return " Yours is zero everywhere: backward returns no gradient at all for it."
-    ones = [_ones_like(u) for u in case.upstream]
-    try:
-        got_ones = student(ones)[j]
-    except _StudentError:
-        got_ones = None
-    if got_ones is not None and _close(got_ones, g, rtol, atol):
-        expected_ones = torch_gradients(ones)[j]
-        if _close(got_ones, expected_ones, rtol, atol):
-            return (" It does not change when grad_output changes: you forgot to multiply by "
-                    "grad_output (the chain rule: return grad_output * local derivative).")
-        return " It does not depend on grad_output: multiply the local derivative by grad_output."
-    scale = _scale(g, e)
-    if scale is not None:
-        if abs(scale + 1) < 1e-6:
-            return " Its sign is flipped."
-        return f" It is {scale:.4g} times the right gradient: a constant factor is off."
-    return ""
-
-
-def _diagnose_tangent(inputs, tangents, k, g, e, rtol, atol, student, torch_tangents) -> str:
-    """Name the likely mistake behind the wrong tangent ``g`` of output ``k``, if recognisable.
-
-    ``student(tangents)`` and ``torch_tangents(tangents)`` give each output's tangent for other
-    input tangents.
-    """
-    doubled = student([2 * t for t in tangents])[k]
-    if _close(doubled, g, rtol, atol) and not _allclose(g, _zeros_like(g)):
-        return (" It does not change when the input tangents change: multiply by the tangent "
-                "(jvp returns the Jacobian times the tangents).")
-    positions = inputs.tensor_positions
-    if len(positions) > 1:
-        wrong = []
-        for j, i in enumerate(positions):
-            alone = [t if m == j else _zeros_like(t) for m, t in enumerate(tangents)]
-            if not _close(student(alone)[k], torch_tangents(alone)[k], rtol, atol):
-                wrong.append(f"`{inputs.names[i]}`")
-        if wrong:
-            return f" The part that comes from the tangent of {' and '.join(wrong)} is wrong."
-    scale = _scale(g, e)
-    if scale is not None:
-        return " Its sign is flipped." if abs(scale + 1) < 1e-6 else f" It is {scale:.4g} times the right tangent."
-    return ""
-
-
-def _returned_none(needed: list[str], names: list[str]) -> str:
-    """backward returned None as a whole, though the inputs ``needed`` need gradients."""
-    who = " and ".join(f"`{n}`" for n in needed)
-    need = "needs a gradient" if len(needed) == 1 else "need gradients"
-    return (f"backward returned None, but {who} {need}: is a `return` missing? backward must return one "
-            f"gradient per input of forward ({', '.join(names)}), in forward's order, with None for an "
-            f"input that needs none.")
-
-
-def _scale(got, expected):
-    """c when ``got`` is ``c * expected`` for a constant c far from 1, else None."""
-    norm = float((expected * expected).sum())
-    if norm == 0:
-        return None
-    c = float((got * expected).sum()) / norm
-    if abs(c - 1) > 1e-3 and _allclose(got, c * expected, rtol=1e-6, atol=1e-9):
-        return c
-    return None
-
-
-def _broadcasts_to(shape, target) -> bool:
-    try:
-        return torch.broadcast_shapes(shape, target) == shape
-    except RuntimeError:
-        return False
-
-
-# --------------------------------------------------------------------------------------------
 # Showing values
 
 
-def _difference(expected, got) -> str:
-    """Where and by how much ``got`` differs from ``expected`` (shown from CPU float64 copies)."""
+def _difference(expected, got, rtol: float, atol: float) -> str:
+    """Where and by how much ``got`` differs from ``expected`` (shown from CPU float64 copies), and what the
+    check allows: |yours - torch| <= atol + rtol * |torch|, the tolerances named, and how to change them."""
     if got.device != expected.device:
         return f"It is on {got.device}, expected on {expected.device}."
+    dtype = got.dtype
     expected = expected.detach().cpu().to(_float64)
     got = got.detach().cpu().to(_float64)
     error = (got - expected).abs()
-    wrong = ~_isclose(got, expected, rtol=RTOL, atol=ATOL, equal_nan=True)
-    flat = int(error.nan_to_num(float("inf")).argmax()) if error.numel() else 0
+    wrong = ~_isclose(got, expected, rtol=rtol, atol=atol, equal_nan=True)
+    excess = (error - rtol * expected.abs()).nan_to_num(float("inf"))
+    flat = int(excess.argmax()) if error.numel() else 0
     index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), expected.shape)) if expected.dim() else ()
     at = f" at index {list(index)}" if index else ""
-    lines = [f"{int(wrong.sum())} of {expected.numel()} elements differ; the largest error is "
-             f"{float(error.flatten()[flat]):.3g}{at} (torch {float(expected.flatten()[flat]):.6g}, "
-             f"yours {float(got.flatten()[flat]):.6g})."]
+    want, have = float(expected.flatten()[flat]), float(got.flatten()[flat])
+    lines = [f"{int(wrong.sum())} of {expected.numel()} elements differ by more than the tolerance; the worst is"
+             f"{at}: torch {_number(want, have)}, yours {_number(have, want)}, a difference of "
+             f"{abs(have - want):.3g} where {atol + rtol * abs(want):.3g} is allowed "
+             f"(atol + rtol * |torch|, {_tolerance_words(rtol, atol, dtype)})."]
     if expected.numel() <= 8:
         lines.append(f"torch: {_values(expected)}\nyours: {_values(got)}")
     return "\n".join(lines)
+
+
+def _number(value: float, other: float) -> str:
+    """``value`` with as many significant digits as it takes to tell it from ``other`` (6 to 17)."""
+    for digits in range(6, 18):
+        if f"{value:.{digits}g}" != f"{other:.{digits}g}":
+            return f"{value:.{digits}g}"
+    return f"{value:.17g}"
+
+
+def _tolerance_words(rtol: float, atol: float, dtype) -> str:
+    """'rtol=1e-06, atol=1e-08, the checker's defaults in float64; pass rtol= and atol= to the check to change
+    them' (or the defaults of the dtype the code ran in, or the test's own)."""
+    if rtol == atol == 0:
+        return "integer values must match exactly"
+    if (rtol, atol) == (RTOL, ATOL):
+        whose = "the checker's defaults in float64"
+    elif (rtol, atol) == DTYPE_TOLERANCES.get(dtype):
+        whose = f"{_dtype_name(dtype)}'s defaults, as in torch.testing.assert_close"
+    else:
+        whose = "the check's own or the test's"
+    return f"rtol={rtol:.3g}, atol={atol:.3g}, {whose}; pass rtol= and atol= to the check to change them"
 
 
 def _values(t) -> str:
@@ -440,7 +358,11 @@ def _shape(t) -> str:
 
 
 def _dtype(t) -> str:
-    return str(t.dtype).replace("torch.", "")
+    return _dtype_name(t.dtype)
+
+
+def _dtype_name(dtype) -> str:
+    return str(dtype).replace("torch.", "")
 
 
 def _output_label(k: int, count: int, what: str = "forward's output") -> str:
@@ -457,3 +379,22 @@ def _a_value_of_type(value) -> str:
         return "None"
     kind = type(value).__name__
     return f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}"
+
+
+def _same_value(got, want) -> bool:
+    """Whether a non-tensor output is the reference's (a NumPy array: same shape, values within 1e-6)."""
+    if type(want).__module__ == "numpy" and hasattr(want, "shape"):
+        import numpy
+
+        return (type(got) is type(want) and got.shape == want.shape
+                and bool(numpy.allclose(got, want, rtol=RTOL, atol=ATOL, equal_nan=True)))
+    try:
+        return type(got) is type(want) and bool(got == want)
+    except Exception:  # noqa: BLE001 - a comparison that fails is no match
+        return False
+
+
+def _short(value) -> str:
+    """A value's repr on one line, cut to 80 characters (a type name for a tensor)."""
+    text = " ".join(repr(value).split())
+    return text if len(text) <= 80 else text[:77] + "..."

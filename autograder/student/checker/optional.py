@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from autograder.student.checker.core import _defines, _expected_gradients, _upstream
 from autograder.student.checker.messages import (
-    _count, _diagnose_tangent, _difference, _dtype, _explain_compile, _output_label, _run_reference,
+    _count, _difference, _dtype, _explain_compile, _output_label, _run_reference,
     _run_student, _shape,
 )
+from autograder.student.checker.patterns import _diagnose_tangent
 from autograder.student.checker.references import (
     _allclose, _as_float64, _as_tuple, _autograd_grad, _close, _compiler_reset, _dual_level, _enable_grad,
-    _draw, _equal, _func_vjp, _Generator, _Inputs, _make_dual, _precise_dtype, _randperm, _stack,
+    _draw, _equal, _func_vjp, _Generator, _Inputs, _make_dual, _in_dtype, _randperm, _stack,
     _is_float_tensor, _StudentError, _Tensor, _torch_compile, _unpack_dual, _vmap, _zeros_like,
 )
 from autograder.student.checker.transforms import COMPILE_BACKEND
@@ -51,15 +52,16 @@ def _vmap_layout(function, reference, inputs, report, rtol, atol, label, dims) -
     for i in dims:
         for example in examples[1:]:
             example[i] = _permuted(inputs.args[i], gen)
-    examples = [_Inputs(tuple(e), inputs.names, constants=inputs.constants) for e in examples]
-    batched = [_stack([_as_float64(e.args[i]) for e in examples], dim=dims[i]) if i in dims else _as_float64(a)
-               for i, a in enumerate(inputs.args)]
+    examples = [_Inputs(tuple(e), inputs.names, constants=inputs.constants, dtype=inputs.dtype) for e in examples]
+    batched = [_stack([_working(e.args[i], inputs) for e in examples], dim=dims[i]) if i in dims
+               else _working(a, inputs) for i, a in enumerate(inputs.args)]
     in_dims = tuple(dims.get(i) for i in range(len(batched)))
     hand_written = _defines(function, "vmap")
     moved = hand_written and any(dims.get(i) != 0 for i in inputs.tensor_positions)
 
     try:
-        got = _as_tuple(_run_option(label, lambda: _vmap(_applier(function), in_dims=in_dims)(*batched), inputs))
+        got = _as_tuple(_run_option(label, lambda: _vmap(_applier(function, inputs.inplace), in_dims=in_dims)(*batched),
+                                    inputs))
     except _StudentError as err:
         if hand_written and "(in vmap," in err.message and "None" in err.message:
             raise _StudentError(f"{err.message} in_dims holds None for an argument that is not batched: "
@@ -86,7 +88,7 @@ def _vmap_layout(function, reference, inputs, report, rtol, atol, label, dims) -
         if not _close(got_grads[j], e, rtol, atol):
             ok = False
             report.add(f"{label}: the per-example gradient for `{inputs.names[i]}` is wrong (the first index "
-                       f"is the example in the batch).{hint}\n{_difference(e, got_grads[j])}")
+                       f"is the example in the batch).{hint}\n{_difference(e, got_grads[j], rtol, atol)}")
     return ok
 
 
@@ -103,7 +105,7 @@ def _vmapped_gradients(function, inputs, batched, in_dims, used, cotangents):
         def used_outputs(*tensors):
             call = list(args)
             for i, t in zip(positions, tensors):
-                call[i] = t
+                call[i] = t.clone() if inputs.inplace else t  # an in-place Function changes a copy, never a primal
             outputs = _as_tuple(function.apply(*call))
             return tuple(outputs[k] for k in used)
 
@@ -130,7 +132,7 @@ def _check_forward_ad(function, reference, inputs, report, rtol, atol) -> None:
                                  torch_tangents=lambda t: _expected_tangents(reference, inputs, t))
         report.add(f"{label}: the tangent of {_output_label(k, len(got))} is wrong.{hint}\n"
                    f"For random input tangents, compared with forward-mode AD on the reference: "
-                   f"{_difference(e, g)}")
+                   f"{_difference(e, g, rtol, atol)}")
 
 
 def _student_tangents(function, inputs, tangents, label) -> list:
@@ -213,7 +215,7 @@ def _check_double_backward(function, reference, inputs, report, rtol, atol) -> N
                     "the inputs or outputs instead and compute the rest in backward.")
         report.add(f"{label}: the derivative of backward's result with respect to {names[j]} is wrong "
                    f"(gradgradcheck would fail).{hint}\nFor random grad_output and directions, compared "
-                   f"with torch autograd on the reference: {_difference(e, g)}")
+                   f"with torch autograd on the reference: {_difference(e, g, rtol, atol)}")
 
 
 def _second_derivatives(run, inputs, used, upstream, directions):
@@ -247,7 +249,7 @@ def _check_under_compile(function, reference, inputs, report, rtol, atol) -> Non
     label = "under torch.compile"
     _compiler_reset()
     try:
-        compiled = _torch_compile(_applier(function), backend=COMPILE_BACKEND, fullgraph=True)
+        compiled = _torch_compile(_applier(function, inputs.inplace), backend=COMPILE_BACKEND, fullgraph=True)
         call, leaves = inputs.fresh()
         got = _as_tuple(_run_compiled(label, lambda: compiled(*call), inputs))
         expected = _as_tuple(_run_reference(reference, inputs.fresh()[0]))
@@ -262,16 +264,17 @@ def _check_under_compile(function, reference, inputs, report, rtol, atol) -> Non
             g = g.detach() if g is not None else _zeros_like(e)
             if not _close(g, e, rtol, atol):
                 report.add(f"{label}: the gradient for `{inputs.names[i]}` is wrong, though it is right "
-                           f"without compiling.\n{_difference(e, g)}")
+                           f"without compiling.\n{_difference(e, g, rtol, atol)}")
     finally:
         _compiler_reset()
 
 
-def _applier(function):
-    """A plain function that calls ``function.apply``: what vmap and torch.compile transform."""
+def _applier(function, inplace: bool = False):
+    """A plain function that calls ``function.apply``: what vmap and torch.compile transform; with ``inplace``,
+    on copies of the tensor arguments, which an in-place Function may change."""
 
     def apply(*args):
-        return function.apply(*args)
+        return function.apply(*[a.clone() if inplace and isinstance(a, _Tensor) else a for a in args])
 
     return apply
 
@@ -294,7 +297,7 @@ def _outputs_match(label, got, expected, report, rtol, atol, hint: str = "") -> 
             report.add(f"{label}: {what} has dtype {_dtype(g)}, expected {_dtype(e)}.")
         elif not (_equal(g, e) if not e.is_floating_point() else _close(g, e, rtol, atol)):
             report.add(f"{label}: {what} is wrong, though it is right without the transform.{hint}\n"
-                       f"{_difference(e, g)}")
+                       f"{_difference(e, g, rtol, atol)}")
         else:
             continue
         ok = False
@@ -330,7 +333,12 @@ def _permuted(value, gen):
 
 
 def _drawn_for_inputs(inputs: _Inputs, gen) -> list:
-    """Seeded random tensors (tangents, directions), one per float tensor input: its shape, in the checker's
-    precision, on its device (read from the input, not from a copy of it)."""
-    return [_draw(a.shape, gen, _precise_dtype(a.device), a.device)
+    """Seeded random tensors (tangents, directions), one per float tensor input: its shape, in the dtype the
+    student's code gets it in, on its device (read from the input, not from a copy of it)."""
+    return [_draw(a.shape, gen, inputs.working_dtype(a), a.device)
             for a in (inputs.args[i] for i in inputs.tensor_positions)]
+
+
+def _working(value, inputs: _Inputs):
+    """A copy of an argument as the student's code gets it: a float tensor in its working dtype."""
+    return _in_dtype(value, inputs.dtype) if _is_float_tensor(value) else _as_float64(value)

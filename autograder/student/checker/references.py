@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 from dataclasses import dataclass, field
 
 import torch
@@ -16,8 +17,13 @@ import torch
 # Captured at import time, before any student code runs (see module docstring).
 _Tensor = torch.Tensor
 _Function = torch.autograd.Function
+# torch's own base classes of a Function, recognised by identity: a Function defined in a module named torch...
+# (torchvision, torch_geometric, torch's own tests) is anyone's Function.
+_TORCH_BASES = frozenset(_Function.__mro__) | {torch.autograd.function.InplaceFunction,
+                                                torch.autograd.function.NestedIOFunction}
 _Module = torch.nn.Module
 _autograd_grad = torch.autograd.grad
+_autograd_backward = torch.autograd.backward
 _no_grad = torch.no_grad
 _allclose = torch.allclose
 _equal = torch.equal
@@ -33,6 +39,7 @@ _engine_module = torch.autograd
 _engine_run_backward = torch.autograd._engine_run_backward
 _enable_grad = torch.enable_grad
 _stack = torch.stack
+_cat = torch.cat
 _randperm = torch.randperm
 _vmap = torch.func.vmap
 _func_vjp = torch.func.vjp
@@ -50,6 +57,9 @@ _LIBRARY_DIRS = (os.path.dirname(torch.__file__), os.path.dirname(os.path.dirnam
 
 RTOL = 1e-6
 ATOL = 1e-8
+# A check of code in another dtype (dtype="keep", dtype=torch.float32) compares within these, where the test
+# gives no rtol= and atol=: torch.testing.assert_close's defaults for that dtype.
+DTYPE_TOLERANCES = {torch.float32: (1.3e-6, 1e-5), torch.float16: (1e-3, 1e-5), torch.bfloat16: (1.6e-2, 1e-5)}
 # Devices without float64 (Apple's mps): the checker works in float32 there, with these tolerances at least.
 NO_FLOAT64 = ("mps",)
 FLOAT32_RTOL, FLOAT32_ATOL = 1e-4, 1e-5
@@ -62,7 +72,11 @@ class _Inputs:
     ``constants``: positions of tensor arguments that need no gradient (a filter bank, a mask);
     ``optional``: positions of ``forward``'s parameters that have a default (``bias=None``);
     ``undecorated``: the Function's methods written without ``@staticmethod`` or ``@classmethod``;
-    ``autograd_in_backward``: backward may call autograd itself (gradient checkpointing).
+    ``autograd_in_backward``: backward may call autograd itself (gradient checkpointing);
+    ``dtype``: the student's float tensors in the checker's precision (None), as given ("keep"), or in a dtype;
+    ``layout``: None (contiguous copies), or one of ``LAYOUTS``: every tensor that can be, laid out so;
+    ``grad_layout``: the same for the upstream gradients handed to backward;
+    ``strict_gradients``: each gradient must have its input's shape and dtype as backward returns it.
     """
 
     args: tuple
@@ -72,6 +86,10 @@ class _Inputs:
     optional: frozenset = frozenset()
     undecorated: tuple = ()
     autograd_in_backward: bool = False
+    dtype: object = None
+    layout: str | None = None
+    grad_layout: str | None = None
+    strict_gradients: bool = False
 
     @property
     def device(self):
@@ -83,23 +101,88 @@ class _Inputs:
         """Positions of the float tensors whose gradients are checked (constants are not)."""
         return [i for i, a in enumerate(self.args) if _is_float_tensor(a) and i not in self.constants]
 
-    def fresh(self, requires=None) -> tuple[tuple, list]:
-        """(arguments to call with, float64 leaves to differentiate with respect to).
+    def working_dtype(self, value):
+        """The dtype the student's Function gets the float tensor ``value`` in."""
+        return _working_dtype(value, self.dtype)
 
-        Float tensors become new float64 leaves (float32 on a device without float64); constants
-        become such copies; other values pass through. Every tensor stays on its device. With
-        ``requires`` (positions), only those leaves require grad. With ``inplace``, the call gets a
-        copy of each leaf, so a Function may modify its input in place.
+    def fresh(self, requires=None) -> tuple[tuple, list]:
+        """(arguments to call with, leaves to differentiate with respect to), for the student's code and the
+        reference alike.
+
+        Float tensors become new leaves in their working dtype (``working_dtype``). Constants become such
+        copies; other values pass through. Every tensor stays on its device.
+        With ``requires`` (positions), only those leaves require grad. With ``inplace``, the call gets
+        a copy of each leaf, so a Function may modify its input in place. With ``layout``, the call
+        gets each float tensor laid out so (same values, other strides), its leaf stays contiguous.
         """
         leaves, call = [], []
         for i, a in enumerate(self.args):
-            if _is_float_tensor(a) and i not in self.constants:
-                leaf = _as_float64(a).requires_grad_(requires is None or i in requires)
+            if _is_float_tensor(a):
+                value = _in_dtype(a, self.dtype)
+                if i in self.constants:
+                    call.append(laid_out(value, self.layout))
+                    continue
+                leaf = value.requires_grad_(requires is None or i in requires)
                 leaves.append(leaf)
-                call.append(leaf.clone() if self.inplace else leaf)
+                call.append(laid_out(leaf.clone() if self.inplace else leaf, self.layout))
             else:
                 call.append(_as_float64(a))
         return tuple(call), leaves
+
+
+class CheckFailure(AssertionError):
+    """A check's failure: its message is the explanation a student acts on.
+
+    In IPython (a notebook, JupyterLab's Validate, the grader's kernels) it renders itself
+    (``_render_traceback_``, which IPython asks first): the message first, then the test's line that
+    failed, without the frames of the checker or of torch. It keeps the name of the built-in it
+    extends, so what reads an error's name (nbgrader, the grader, ``check``) reads AssertionError.
+    """
+
+    def _render_traceback_(self) -> list[str]:
+        return message_first(self)
+
+
+class NotDone(NotImplementedError):
+    """An exercise left as released (its ``raise NotImplementedError()``), found by a check: said as such."""
+
+    def _render_traceback_(self) -> list[str]:
+        return message_first(self)
+
+
+CheckFailure.__name__, NotDone.__name__ = "AssertionError", "NotImplementedError"
+
+
+def message_first(error: BaseException) -> list[str]:
+    """``error`` as IPython shows it, message first: 'AssertionError: ...', then the line of the test (or of the
+    student's code) that raised it, the innermost frame outside torch, IPython and this package."""
+    return [f"{type(error).__name__}: {error}" + (f"\n\n(raised by {where})" if (where := _raised_by(error)) else "")]
+
+
+def _raised_by(error: BaseException) -> str:
+    """'Cell In[5], line 3: check_function(Cube, cube, x)' for the innermost frame that is not a library's."""
+    import traceback
+
+    ipython = os.path.dirname(os.path.abspath(_ipython_file())) if _ipython_file() else None
+    library = _LIBRARY_DIRS + ((ipython,) if ipython else ())
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if not f.filename.startswith(library)]
+    if not frames:
+        return ""
+    frame = frames[-1]
+    where = f'"{frame.filename}"'
+    try:
+        from IPython import get_ipython
+
+        label = get_ipython().compile.format_code_name(frame.filename)
+        where = " ".join(label) if label else where
+    except Exception:  # noqa: BLE001 - no IPython, or one without cell names: the file's name will do
+        pass
+    return f"{where}, line {frame.lineno}" + (f": {frame.line.strip()}" if frame.line else "")
+
+
+def _ipython_file() -> str | None:
+    module = sys.modules.get("IPython")
+    return getattr(module, "__file__", None)
 
 
 @dataclass
@@ -118,7 +201,7 @@ class _Report:
             count = len(self.problems)
             head = f"{self.title}: {count} problem{'s' if count > 1 else ''} found."
             body = "\n".join("- " + p.replace("\n", "\n  ") for p in self.problems)
-            raise AssertionError(f"{head}\n{body}")
+            raise CheckFailure(f"{head}\n{body}")
 
 
 class _StudentError(Exception):
@@ -173,8 +256,10 @@ def _precise_dtype(device):
     return _float32 if _device(device).type in NO_FLOAT64 else _float64
 
 
-def _tolerances(check: str, args, rtol: float, atol: float) -> tuple[float, float]:
-    """``rtol``, ``atol`` as given, or loosened to float32's where the arguments' device has no float64.
+def _tolerances(check: str, args, rtol, atol, dtype=None) -> tuple[float, float]:
+    """The tolerances a check compares within: ``rtol``, ``atol`` where given, else the defaults for the
+    least precise dtype the student's code works in (``DTYPE_TOLERANCES``; the checker's own in float64),
+    loosened to float32's where the arguments' device has no float64.
 
     ``check`` compares values, which meta tensors do not have: it refuses them (check_device is for them).
     """
@@ -183,9 +268,59 @@ def _tolerances(check: str, args, rtol: float, atol: float) -> tuple[float, floa
         raise RuntimeError(f"{check} compares values, and meta tensors have none: run it on real tensors, and "
                            f"check where a Function makes its tensors with check_device (this is a problem with "
                            f"the test, not with your Function)")
+    if dtype is not None and dtype != "keep" and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+        raise RuntimeError(f"{check}(..., dtype={dtype!r}): dtype is None, \"keep\" or a floating-point torch dtype "
+                           f"(this is a problem with the test, not with your Function)")
+    dtypes = [_working_dtype(a, dtype) for a in args if _is_float_tensor(a)]
+    least = max(dtypes, key=lambda d: DTYPE_TOLERANCES.get(d, (0.0, 0.0)), default=_float64)
+    default_rtol, default_atol = DTYPE_TOLERANCES.get(least, (RTOL, ATOL))
+    rtol = default_rtol if rtol is None else rtol
+    atol = default_atol if atol is None else atol
     if _precise_dtype(device) is _float64:
         return rtol, atol
     return max(rtol, FLOAT32_RTOL), max(atol, FLOAT32_ATOL)
+
+
+def _working_dtype(value, dtype):
+    """The dtype a check hands the float tensor ``value`` to student code in: the checker's precision (None),
+    its own ("keep"), or ``dtype``."""
+    if dtype is None:
+        return _precise_dtype(value.device)
+    return value.dtype if dtype == "keep" else dtype
+
+
+def _in_dtype(value, dtype):
+    """A detached copy of the float tensor ``value`` in its working dtype (``_working_dtype``)."""
+    return value.detach().to(_working_dtype(value, dtype)).clone()
+
+
+# Non-contiguous versions of the inputs, in the order a check tries them: the same values, other strides.
+SLICE, TRANSPOSED = "a slice", "a transposed view"
+LAYOUTS = (SLICE, TRANSPOSED)
+_PAD = 3  # columns of NaN beside each row of a slice: a kernel that reads past a row's end reads NaN
+
+
+def laid_out(value, layout, pad: float = float("nan")):
+    """``value`` (a float tensor of two or more dimensions) as ``layout`` lays it out, differentiably: the same
+    values in memory of other strides; ``value`` itself when it cannot be (fewer dimensions, a single row).
+
+    A slice: the first columns of a wider tensor, so each row starts ``stride(-2)`` elements after the last,
+    more than its length (``x[:, :n]``); a transposed view: the transpose of a contiguous tensor, so a row's
+    elements are ``stride(-1)`` apart (``y.mT``). ``pad`` fills the columns beside a slice's rows.
+    """
+    if layout is None or not can_lay_out(value, layout):
+        return value
+    if layout == SLICE:
+        beside = value.new_full((*value.shape[:-1], _PAD), pad).detach()
+        return _cat([value, beside], -1)[..., :value.shape[-1]]
+    return value.mT.contiguous().mT
+
+
+def can_lay_out(value, layout) -> bool:
+    """Whether ``laid_out`` makes ``value`` non-contiguous."""
+    if not _is_float_tensor(value) or value.dim() < 2 or value.shape[-2] < 2:
+        return False
+    return layout == SLICE or value.shape[-1] > 1
 
 
 def _as_float64(value):

@@ -21,8 +21,8 @@ import torch
 
 from autograder.student.checker.kept import ForwardWatch, kept_places
 from autograder.student.checker.references import (
-    _as_float64, _as_tuple, _autograd_grad, _close, _enable_grad, _equal, _is_float_tensor, _randn, _Tensor,
-    _tolerances, _zeros_like,
+    _as_float64, _as_tuple, _autograd_grad, CheckFailure, _close, _enable_grad, _equal, _is_float_tensor, _randn,
+    _Tensor, _tolerances, _zeros_like,
 )
 
 _saved_tensors_hooks = torch.autograd.graph.saved_tensors_hooks  # captured before student code runs
@@ -219,4 +219,4 @@ def check_saved(function, reference, *args, saves=None, max_saved: int | None = 
     problem = (saved_problem(name, record["saved"], record["kept"], expected, max_saved, largest, rtol, atol)
                or (plan and swap_problem(name, record["swap"], plan, record["names"], rtol, atol)))
     if problem:
-        raise AssertionError(problem)
+        raise CheckFailure(problem)

@@ -37,7 +37,7 @@ def test_names_the_failing_input_by_its_parameter_name():
 def test_message_shows_torch_against_yours():
     message = failure(CubeFactorOff, cube, torch.randn(3, 4))
     assert "CubeFactorOff" in message
-    for words in ("torch", "yours", "largest error", "at index"):
+    for words in ("torch", "yours", "a difference of", "at index", "rtol=1e-06, atol=1e-08", "pass rtol="):
         assert words in message
 
 
@@ -51,7 +51,8 @@ def test_message_shows_torch_against_yours():
     ],
 )
 def test_reports_every_failing_input(grads):
-    message = failure(variant(Poly, "PolyTwoMistakes", grads=grads), poly, torch.randn(5), torch.randn(5))
+    message = failure(variant(Poly, "PolyTwoMistakes", grads=grads), poly, torch.randn(5), torch.randn(5),
+                      strict_gradients=True)
     assert "`x1`" in message and "`x2`" in message
 
 
@@ -74,9 +75,6 @@ _NON_SQUARE = lambda: (torch.randn(2, 3), torch.randn(3, 4))  # noqa: E731
                      id="transposed-non-square"),
         pytest.param(MatMulTransposed, matmul, _SQUARE, ["`a`", "transpose"], id="transposed-square"),
         pytest.param(ReluSumsGradient, torch.relu, randn(2, 3), ["`x`", "shape [3]", "[2, 3]"], id="wrong-shape"),
-        pytest.param(AddBiasUnsummed, lambda x, b: x + b, lambda: (torch.randn(2, 3), torch.randn(3)),
-                     ["`b`", "shape [2, 3]", "silently sum"], id="broadcastable-shape"),
-        pytest.param(MatMulFloat32, matmul, _NON_SQUARE, ["`a`", "dtype", "float32"], id="wrong-dtype"),
         pytest.param(CubeWrongForward, cube, randn(5), ["forward", "fix forward first"], id="wrong-forward"),
         pytest.param(PolarIgnoresTheta, polar, lambda: (torch.randn(4), torch.randn(4)),
                      ["`x`", "`y`", "only output 1 used", "ignores the gradient of output 1"],
@@ -89,6 +87,28 @@ def test_recognises_wrong_gradients(function, reference, make_args, words):
     message = failure(function, reference, *make_args())
     for word in words:
         assert word in message
+
+
+@pytest.mark.parametrize(
+    "function, reference, make_args, words",
+    [
+        pytest.param(AddBiasUnsummed, lambda x, b: x + b, lambda: (torch.randn(2, 3), torch.randn(3)),
+                     ["`b`", "shape [2, 3]", "Autograd would sum it down to [3]", "asks for each gradient in its "
+                      "input's shape", "sum_to_size"], id="broadcastable-shape"),
+        pytest.param(MatMulFloat32, matmul, _NON_SQUARE, ["`a`", "dtype float32", "float64", "autograd would cast"],
+                     id="castable-dtype"),
+    ],
+)
+def test_what_autograd_sums_or_casts_passes_unless_the_test_asks_for_exact_gradients(function, reference,
+                                                                                    make_args, words):
+    """Autograd sums a broadcastable gradient to its input's shape and casts a float gradient to its input's
+    dtype (autograd-function-facts.md): a Function that relies on it is right, as torch sees it; a test that
+    asks for each gradient in its input's shape and dtype (strict_gradients=True, the course's) fails it."""
+    assert check_function(function, reference, *make_args()) is None
+    message = failure(function, reference, *make_args(), strict_gradients=True)
+    for word in words:
+        assert word in message
+    assert "hide the bug" not in message
 
 
 @pytest.mark.parametrize(
@@ -161,3 +181,23 @@ def test_rejects_what_is_not_a_function_class(make_function, words, check):
         assert word in message
 
 
+
+
+class ScaleSwapped(torch.autograd.Function):
+    """x * w with w broadcast over x's rows; backward swaps the gradients (and w's is not reduced)."""
+
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.save_for_backward(x, w)
+        return x * w
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        x, w = ctx.saved_tensors
+        return grad_output * x, grad_output * w
+
+
+def test_a_gradient_autograd_sums_is_judged_as_summed_and_a_swap_is_named():
+    message = failure(ScaleSwapped, lambda x, w: x * w, torch.randn(4, 3), torch.randn(3))
+    assert "the gradient for `w` is wrong (backward returned it with shape [4, 3]: it is the gradient of `x`" in message
+    assert "wrong order" in message

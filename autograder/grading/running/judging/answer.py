@@ -28,7 +28,7 @@ from autograder.student.checker.callables import argument_names, graph_names
 from autograder.student.checker.devices import device_record
 from autograder.student.checker.harness import as_data
 from autograder.student.checker.kernels import error_text, kernel_runs
-from autograder.student.checker.messages import _student_line
+from autograder.student.checker.messages import NOT_DONE, _student_line, not_done
 from autograder.student.checker.references import _autograd_grad, _enable_grad, _equal, _Function, _Module
 from autograder.student.checker.saved import saved_record
 from autograder.student.checker.transforms import KINDS, fresh, run_transform
@@ -113,7 +113,8 @@ def _answer(request: dict, namespace: dict, harnesses: dict | None) -> dict:
         reply["transforms"] = [_answer_transform(run, request["args"], t) for t in request.get("transforms") or []]
         return reply
     except Exception as error:  # the student's code failed: the referee says so in the test cell
-        failed = {"error": f"{type(error).__name__}: {str(error)[:300]}"}
+        said = (NotImplementedError.__name__, NOT_DONE) if not_done(error) else (type(error).__name__, str(error)[:300])
+        failed = {"error": f"{said[0]}: {said[1]}"}  # an exercise left as released, however wrapped: not done yet
         if stage is not None:  # where, as the notebook's own check_function says it
             failed.update(stage=stage, line=_student_line(error)[:300])
         return failed

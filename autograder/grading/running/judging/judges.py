@@ -416,7 +416,7 @@ class Judges:
             if not want.is_floating_point() and not torch.equal(got, want):
                 return f"{label} is wrong (integer values must match exactly)"
             if want.is_floating_point() and not _close(got, want, rtol, atol):
-                return wrong_output(label, who[0], want, got)
+                return wrong_output(label, who[0], want, got, rtol, atol)
         if not any(u is not None for u in upstream):
             return None
         used = [(e, u) for e, u in zip(expected, upstream) if u is not None]
@@ -436,5 +436,5 @@ class Judges:
             if not isinstance(got, torch.Tensor) or got.shape != want.shape:
                 return f"the gradient for `{name}` is wrong: it is not a tensor of `{name}`'s shape {list(want.shape)}"
             if not _close(got, want, rtol, atol):
-                return wrong_gradient(name, want, got)
+                return wrong_gradient(name, want, got, rtol, atol)
         return None
