@@ -20,15 +20,13 @@ interpreter's, and its files are named ``attention_cpu``.)
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import platform
 import sys
 import time
 from pathlib import Path
 
-from autograder.authoring.kernel_timings import solution_namespace
+from autograder.authoring.kernel_timings import kernel_provenance, solution_namespace
 
 NOTEBOOK = Path(__file__).resolve().parents[2] / "solutions" / "11_flash_attention" / "11_flash_attention.ipynb"
 CELLS = ("setup", "tiles", "attention-references", "attention_forward", "attention_backward",
@@ -52,12 +50,9 @@ def measure(device: str = "cuda", shape=None, tiles=TILES, check_shape=(2, 3, 10
     from autograder.student.flash_timing import (
         SHAPE, attention_flops, half_dtype, nominal_peak_tflops, time_attention,
     )
-    from autograder.student.timing import device_name
-
     shape = tuple(shape or SHAPE)
     started = time.monotonic()
     namespace = solution_namespace(NOTEBOOK, CELLS)  # (its setup cell imports triton, interpreted without a GPU)
-    triton = namespace["triton"]
     torch.use_deterministic_algorithms(False)  # the setup cell's NaN fill of new tensors is for the exercises
     function = namespace["FlashAttention"].apply
     dtype = half_dtype(device) if device == "cuda" else torch.float32
@@ -80,14 +75,7 @@ def measure(device: str = "cuda", shape=None, tiles=TILES, check_shape=(2, 3, 10
         "what": ("this course's solution kernels (11_flash_attention, Exercises 4 to 7: FlashAttention's forward and "
                  "backward Triton kernels), forward and forward+backward, causal, against F.scaled_dot_product_attention "
                  "with its flash backend"),
-        "device": device,
-        "device_name": device_name(device),
-        "torch_version": torch.__version__,
-        "cuda_version": torch.version.cuda,
-        "triton_version": triton.__version__,
-        "python_version": platform.python_version(),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "source": "python -m autograder.authoring.attention_timings",
+        **kernel_provenance(device, "python -m autograder.authoring.attention_timings"),
         "method": ("autograder.student.flash_timing.time_attention: triton.testing.do_bench (median ms) of one call, "
                    "forward under no_grad, forward+backward as torch.autograd.grad for a random upstream gradient; "
                    "TFLOP/s by the usual count (forward 4 B H S^2 d, half of it causal; backward 2.5 forwards)"),

@@ -88,6 +88,20 @@ def solution_namespace(notebook: Path = NOTEBOOK, cells: tuple[str, ...] = CELLS
     return namespace
 
 
+def kernel_provenance(device: str, source: str) -> dict:
+    """Where and with what a kernel record was made: the device, torch, CUDA, Triton and Python versions, when,
+    and the command (``source``); 10's and 11's recorders both start their records with it."""
+    import torch
+    import triton
+
+    from autograder.student.timing import device_name
+
+    return {"device": device, "device_name": device_name(device), "torch_version": torch.__version__,
+            "cuda_version": torch.version.cuda, "triton_version": triton.__version__,
+            "python_version": platform.python_version(),
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "source": source}
+
+
 def record(out_dir, device: str = "cuda") -> dict:
     """Measure the solution kernels on this machine's GPU, write the record and its summary into ``out_dir``, and
     return the record (``{"status": "skipped", ...}`` without CUDA, or for another ``device``: the kernels are
@@ -138,10 +152,9 @@ def measure(device: str = "cuda", sizes=SIZES, tiles=TILES, check_elements: int 
     (``runs`` runs on ``same_elements``) and the gradients' difference from torch (on ``check_elements``).
     ``record`` asks for CUDA; the tests run it small on a CPU."""
     import torch
-    import triton
 
     from autograder.student.kernel_records import time_bias_gelu
-    from autograder.student.timing import device_name, nominal_peak_bandwidth_gbps
+    from autograder.student.timing import nominal_peak_bandwidth_gbps
 
     clock = clock or {}  # time_bias_gelu's repeats, calls and blocks (its defaults on a GPU)
     on_gpu = torch.device(device).type == "cuda"
@@ -168,14 +181,7 @@ def measure(device: str = "cuda", sizes=SIZES, tiles=TILES, check_elements: int 
                  "backward Triton kernels, bias gradient from partial sums), forward+backward of float32 (rows, "
                  "1024) tensors, against copy_ and the built-in F.gelu(x + bias)"),
         "solution_sha256": solution_sha256(),
-        "device": device,
-        "device_name": device_name(device),
-        "torch_version": torch.__version__,
-        "cuda_version": torch.version.cuda,
-        "triton_version": triton.__version__,
-        "python_version": platform.python_version(),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "source": "python -m autograder.authoring.kernel_timings",
+        **kernel_provenance(device, "python -m autograder.authoring.kernel_timings"),
         "method": ("autograder.student.kernel_records.time_bias_gelu: latency = one call between two synchronised "
                    "clock reads (median of 20), throughput = 10 calls back to back (median of 3 blocks), with "
                    "torch.utils.benchmark.Timer; fraction_of_copy = (20 bytes per element / time) / copy_'s "
