@@ -40,7 +40,7 @@ import types
 
 from autograder.grading.running.confinement import processes
 
-from autograder.grading.running.judging import scan, tamper
+from autograder.grading.running.judging import scan
 from autograder.grading.running.confinement.limits import CellTimeout, Limits, isolate
 from autograder.grading.running.messages.protocol import ProtocolError, receive, send, send_crash, start, tell
 from autograder.grading.running.judging.referee import _is_definition, _statements, ipython_python, visible_source
@@ -164,6 +164,8 @@ def examinee_main(steps: list[dict], folder: str, limits: Limits, env: dict[str,
         # No import may come from the working folder, where an answer can write files.
         sys.path[:] = [p for p in sys.path if p and os.path.isabs(p) and not p.startswith(folder)]
         signal.signal(signal.SIGALRM, _on_alarm)
+        from autograder.grading.running.judging import tamper  # (imports the checker and torch: not in `grade`'s parser)
+
         answers = Answers(steps, limits.cell_timeout, tamper.genuine())
         send(connection, ["ready"])
         while True:
