@@ -70,7 +70,6 @@ try:  # what 10's notebooks import (~0.3 s), once here; triton installs on Linux
 except ImportError:
     pass
 import autograder.grading.running.judging.tamper
-import autograder.grading.running.confinement.limits
 
 matplotlib.pyplot.switch_backend("module://matplotlib_inline.backend_inline")  # what each shell enables
 PIL.Image.init()  # the image format plugins, otherwise loaded by each child's first figure
@@ -309,4 +308,3 @@ def new_shell(hidden_lines: list[str] = ()) -> GradingShell:
 # how many objects the imports happened to leave counted.
 gc.collect()
 gc.freeze()
-autograder.grading.running.confinement.limits.measure_warm_process()  # what RLIMIT_AS counts from

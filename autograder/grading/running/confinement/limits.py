@@ -103,22 +103,17 @@ def package_parts() -> tuple[str, ...]:
 RESULT_FD = 3  # the result pipe's descriptor in a sandbox: the same whatever the warm process had open
 
 
-def _address_space() -> int:
+START_STEP = 256 * 1024**2  # a process's address space when its sandbox is made, rounded up to this
+
+
+def _start() -> int:
+    """This process's address space, rounded up to ``START_STEP``: a notebook may use ``Limits.memory`` beyond it.
+    (Not rounded, it varied by some pages from one warm process to the next, with the order of their hash tables,
+    and with what the warm process had served before: RLIMIT_AS told check from grade. Rounded, it is one number
+    here: 1 GiB, for 1,019.5-1,019.7 MB in five warm processes.)"""
     with open("/proc/self/statm") as statm:
-        return int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-
-
-WARM_STEP = 256 * 1024**2  # the warm process's address space, rounded up to this
-_warm_size: int | None = None
-
-
-def measure_warm_process() -> None:
-    """Remember this process's address space (the warm process's, once it has imported everything), rounded up to
-    ``WARM_STEP``: a notebook may use ``Limits.memory`` beyond it. (Measured in each notebook's process, it varied
-    by some pages with what the warm process had served before, and from one warm process to the next with the
-    order of its hash tables: RLIMIT_AS told check from grade. Rounded, it is one number: 1 GiB for 1,019.6 MB.)"""
-    global _warm_size
-    _warm_size = -(-_address_space() // WARM_STEP) * WARM_STEP
+        size = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    return -(-size // START_STEP) * START_STEP
 
 
 def isolate(cwd: str, limits: Limits, env: dict[str, str], connection):
@@ -143,7 +138,7 @@ def isolate(cwd: str, limits: Limits, env: dict[str, str], connection):
     if limits.memory is not None:
         import resource
 
-        start = _warm_size or _address_space()  # (a process not forked from the warm process: its own)
+        start = _start()
         resource.setrlimit(resource.RLIMIT_AS, (start + limits.memory, start + limits.memory))
     import torch
 

@@ -7,7 +7,9 @@ a memory cgroup of its own, made below the grader's by the sandbox's outer proce
 allocate, the copies they make of the warm process's pages as they write to them, the files of the sandbox's tmpfs),
 and when the sum would pass the allowance the kernel's OOM killer stops one of them. The grader reads how many it
 stopped (``oom_kills``: the notebook then ``ran out of memory``) and removes the cgroup once the sandbox is gone
-(``release``). It needs a cgroup folder the grader may write to (root, or a delegated cgroup v2 subtree).
+(``release``). It needs a cgroup folder the grader may write to: root with cgroup v1's memory controller (this
+project's machines), or a cgroup v2 whose ``cgroup.subtree_control`` already has ``memory``, which v2 allows a
+cgroup that holds processes only at the root (the v2 path is not exercised on this project's machines).
 
 ``one process`` (elsewhere: no cgroup to write to, e.g. a read-only ``/sys/fs/cgroup`` or a user without one): a
 seccomp filter refuses every new process (``fork``, ``vfork``, ``clone`` without ``CLONE_THREAD``; ``clone3``
