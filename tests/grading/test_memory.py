@@ -4,7 +4,9 @@ A notebook forks four children that each touch 200 MB under a 512 MB allowance. 
 it holds, then waits until the notebook has heard from all of them; the notebook then counts what the children
 still alive hold at once. With a memory cgroup (what this machine gives the grader: cgroup v1, as root) the
 kernel stops children until the rest fits; with ``one process`` (forced here: the bound of machines without one)
-no child starts. Both sandboxed modes: namespaces (the grader is root) and Landlock (forced).
+no child starts. Both sandboxed modes: namespaces (the grader is root) and Landlock (forced). And: a notebook whose
+own process the kernel stops says so in its cell; the examinee's allowance is its own; a cgroup a killed grader
+left is removed by the next run.
 """
 
 from __future__ import annotations
@@ -94,6 +96,33 @@ def test_a_notebooks_processes_together_hold_no_more_than_its_allowance(tmp_path
     assert result.status == "ran out of memory" and result.cell == 0, result
     assert "processes together used more than the 0.5 GB a notebook may use" in result.detail
     assert not set(_left_cgroups()) - set(before)  # each sandbox's cgroup is removed with it
+
+
+def test_a_notebook_whose_own_process_the_kernel_stops_ran_out_of_memory_in_that_cell(tmp_path):
+    """The notebook's process volunteers to be the one stopped (oom_score_adj 1000, after forking a child that
+    then touches 600 MB of a 512 MB allowance): the cell it was running says why, later cells did not run."""
+    if memory.hierarchy() is None:
+        pytest.skip("no memory cgroup here")
+    cells = [{"cell_type": "code", "source": "import os, time\nif os.fork() == 0:\n    time.sleep(0.5)\n"
+              "    held = [bytearray(20 * 1024**2) for _ in range(30)]\n    os._exit(0)\n"
+              "open('/proc/self/oom_score_adj', 'w').write('1000')\nos.wait()"},
+             {"cell_type": "code", "source": "print('after')"}]
+    result = execute(cells, str(tmp_path), confine(Limits(memory=ALLOWANCE, sandbox="namespaces"), []))
+    assert (result.status, result.cell) == ("ran out of memory", 0), result
+    assert [o["ename"] for o in result.outputs[0]] == ["MemoryError"], result.outputs[0]
+    assert "used more than the 0.5 GB a notebook may use" in result.outputs[0][0]["evalue"]
+    assert result.outputs[1][0]["ename"] == "NotRunError"
+
+
+def test_a_cgroup_left_by_a_killed_grader_is_removed_by_the_next_run():
+    found = memory.hierarchy()
+    if found is None:
+        pytest.skip("no memory cgroup here")
+    with open("/proc/sys/kernel/pid_max") as pid_max:
+        gone = os.path.join(found[0], f"{memory.PREFIX}{int(pid_max.read())}")  # a pid no process can have
+    os.mkdir(gone)
+    confine(Limits(sandbox="namespaces"), [])
+    assert not os.path.exists(gone)
 
 
 @pytest.mark.parametrize("mode", ["namespaces", "landlock"])
