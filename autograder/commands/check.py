@@ -56,6 +56,7 @@ def run(args, course: Course) -> int:
         print_json({"notebook": str(args.notebook), "assignment": checked["assignment"], "score": score,
                     "max_score": total, "passed": len(results) - failed, "failed": failed,
                     "hidden_tests_ran": checked["hidden_tests_ran"], "sandbox": checked["sandbox"],
+                    "memory": checked["memory"],
                     "tests": [{k: r[k] for k in ("grade_id", "description", "passed", "score", "max_score", "message")}
                               for r in results],
                     "graded_by_hand": [{"grade_id": r["grade_id"], "max_score": r["max_score"]} for r in by_hand]})
@@ -69,6 +70,7 @@ def run(args, course: Course) -> int:
     print(f"score: {score:g} / {total:g}" + (f" (and {sum(r['max_score'] for r in by_hand):g} points your "
                                            f"instructor grades by hand)" if by_hand else ""))
     print(f"{len(results) - failed} passed, {failed} failed")
+    print(f"sandbox: {checked['sandbox']}; memory: {checked['memory']}")  # what grade's first line says
     if not checked["hidden_tests_ran"]:
         print("These are the visible tests of your notebook. The grader runs more (hidden tests: other "
               "shapes, values and random upstream gradients), so a passing check is not yet a full mark.")

@@ -19,6 +19,7 @@ DESCRIPTION = ("Autograde every submission in grading/submitted/ into the gradeb
 
 
 def add_arguments(parser) -> None:
+    from autograder.grading.running.confinement import memory
     from autograder.grading.running.confinement.limits import BUDGET_CELLS
 
     parser.add_argument("assignment", metavar="ASSIGNMENT")
@@ -31,7 +32,8 @@ def add_arguments(parser) -> None:
                              f"{BUDGET_CELLS} times --timeout); past it the notebook is stopped and its row says "
                              "'over budget', naming the cell; no process of a notebook outlives it")
     parser.add_argument("--memory", type=float, default=4.0, metavar="GB",
-                        help="memory a notebook may use beyond its start (default 4; 0 for no limit)")
+                        help="memory a notebook may use beyond its start (default 4; 0 for no limit); on this "
+                             f"machine, {memory.describe(memory.bound(True, 4 * 1024**3), 4 * 1024**3)}")
     parser.add_argument("--scheduler", metavar="ADDRESS",
                         help="run the notebooks on a Dask cluster (e.g. tcp://10.0.0.5:8786) instead of here")
     parser.add_argument("--force", action="store_true", help="grade again even what is already graded")

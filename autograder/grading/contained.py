@@ -18,6 +18,7 @@ from nbgrader.api import Gradebook
 from autograder.course import CourseError
 from autograder.grading.records.grades import Row, worsen
 from autograder.grading.records.submissions import write_problem_notebook
+from autograder.grading.running.preparation import remove_working_folder
 
 
 def outcome(future):
@@ -52,6 +53,7 @@ class Contained:
     def finish_task_or_say_why(self, task, execution) -> Row | None:
         """``finish_task``; a notebook whose run or results the grader cannot score (``execution`` may be
         the exception its run raised) scores 0 with a page saying why."""
+        remove_working_folder(task.cwd)  # whatever the notebook left there
         try:
             if isinstance(execution, BaseException):
                 raise execution
@@ -62,8 +64,7 @@ class Contained:
             if task.student_id not in self.pending:  # it failed while moving the graded folder into place
                 return self.finish_student(task.student_id, self.unusable(task.student_id, problem))
             self._zero(task.student_id, task.notebook_id)
-            Path(task.cwd).mkdir(parents=True, exist_ok=True)
-            write_problem_notebook(Path(task.cwd) / f"{task.notebook_id}.ipynb", problem)
+            write_problem_notebook(Path(task.graded) / f"{task.notebook_id}.ipynb", problem)
             row, _ = self.pending[task.student_id]
             worsen(row, "invalid notebook", problem)
             return self.notebook_done(task.student_id)

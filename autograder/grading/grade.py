@@ -51,12 +51,13 @@ from autograder.grading.records.submissions import (
     InvalidNotebook, graded_ids, read_submission, write_problem_notebook, wrong_assignment,
 )
 from autograder.grading.running.judging import referee
-from autograder.grading.running.confinement import sandbox
+from autograder.grading.running.confinement import memory, sandbox
 from autograder.grading.running.confinement.limits import Limits, SandboxRefused, confine
 from autograder.grading.running.executor import Execution, execute, warm_up
 from autograder.grading.records.fingerprint import graded_with, submission_digest, why_regrade
 from autograder.grading.results.terminal import GradingProgress
-from autograder.grading.running.preparation import NOTEBOOK_ENV, cells_to_run, copy_course_files, prepare
+from autograder.grading.running.preparation import (NOTEBOOK_ENV, cells_to_run, copy_course_files, prepare,
+                                                    working_folder)
 from autograder.grading.records.speed import nbgrader_speedups, sync_assignment
 
 MARKER = ".autograder.json"
@@ -70,10 +71,11 @@ class Task:
     student_id: str
     notebook_id: str
     cells: list[dict]
-    cwd: str
+    cwd: str                      # the notebook's working folder (preparation.working_folder), removed once scored
     limits: Limits
     env: dict[str, str]
     trusted: dict | None = None   # the instructor's cells, for the referee (autograder.grading.running.judging.referee)
+    graded: str = ""              # the student's folder of graded notebooks (moved to autograded/ when done)
 
 
 def run_task(task: Task) -> Execution:
@@ -96,8 +98,9 @@ def grade(course: Course, assignment: str, jobs: int | None = None, limits: Limi
         limits = confine(limits, course.hidden_from_notebooks, here=not scheduler)
     except SandboxRefused as error:
         raise CourseError(str(error)) from None
-    if limits.sandbox in sandbox.MODES:
-        print(sandbox.describe(limits.sandbox), file=progress if progress is not None else sys.stderr)
+    if limits.sandbox in sandbox.MODES:  # (on a Dask cluster each worker decides)
+        print(f"{sandbox.describe(limits.sandbox)}; memory: {memory.describe(limits.memory_bound, limits.memory)}",
+              file=progress if progress is not None else sys.stderr)
     with _grading_lock(course), warnings.catch_warnings(), nbgrader_speedups():
         # nbgrader's own gradebook code trips SQLAlchemy's autoflush warnings; they are not ours to fix.
         warnings.simplefilter("ignore", category=SAWarning)
@@ -320,11 +323,12 @@ class _Grader(Contained):
                 worsen(row, "invalid notebook", problem)
                 write_problem_notebook(staging / f"{notebook_id}.ipynb", problem)
                 continue
-            # Not written into staging/ (the notebook's working folder) until graded: it holds the hidden tests.
+            # Kept here until graded (it holds the hidden tests); the notebook runs in a working folder of its own.
             self.sanitized[student, notebook_id] = nb
             # Plain dicts of what the worker needs: unpickling nbformat's classes would import nbformat there.
-            tasks.append(Task(student, notebook_id, cells_to_run(prepared), str(staging), self.limits,
-                              dict(NOTEBOOK_ENV), self._trusted(notebook_id)))
+            cwd = working_folder(self.course.grading, self.assignment, self.course.solutions / self.assignment)
+            tasks.append(Task(student, notebook_id, cells_to_run(prepared), str(cwd), self.limits,
+                              dict(NOTEBOOK_ENV), self._trusted(notebook_id), str(staging)))
         return row, tasks
 
     def _graded_cells(self, notebook_id: str) -> dict[str, set[str]]:
@@ -381,9 +385,7 @@ class _Grader(Contained):
 
     def finish_task(self, task: Task, execution: Execution) -> Row | None:
         """Score one executed notebook; when the student's last one is in, finish the student."""
-        staging = Path(task.cwd)
-        staging.mkdir(parents=True, exist_ok=True)  # student code may have deleted it
-        path = staging / f"{task.notebook_id}.ipynb"
+        path = Path(task.graded) / f"{task.notebook_id}.ipynb"
         nb = self.sanitized.pop((task.student_id, task.notebook_id))
         for index, outputs in execution.outputs.items():
             cell = nb.cells[index]

@@ -3,7 +3,7 @@
 For students before they hand in, and for self-study readers. The notebook is prepared as grade
 prepares a submission (``autograder.grading.running.preparation``: the tests put back from the
 source), run in the same sandbox, with the same limits, environment and working-folder layout
-(``grading/.staging/<STUDENT>/<assignment>/`` with the assignment's data files), and judged by the
+(``grading/.running/<random>/<assignment>/`` with the assignment's data files), and judged by the
 same referee (``autograder.grading.running.executor``): each test's points come from its verdict.
 Its message is what the feedback page shows of the cell's errors (each error's last line).
 
@@ -16,23 +16,21 @@ This runs in the check's warm process (``autograder.grading.check_server``), whi
 
 from __future__ import annotations
 
-import fcntl
 import json
 import re
-import shutil
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from autograder.course import Course, CourseError
 from autograder.grading.records.submissions import InvalidNotebook, graded_ids, read_submission, wrong_assignment
 from autograder.grading.running.judging import referee
+from autograder.grading.running.confinement import memory
 from autograder.grading.running.confinement.limits import Limits, SandboxRefused, confine
 from autograder.grading.running.executor import execute
-from autograder.grading.running.preparation import (NOTEBOOK_ENV, blank_answer, cells_to_run, copy_course_files,
-                                                    grade_id, nbgrader_meta, points, prepare, source_cells, text)
+from autograder.grading.running.preparation import (NOTEBOOK_ENV, blank_answer, cells_to_run, grade_id, nbgrader_meta,
+                                                    points, prepare, remove_working_folder, source_cells, text,
+                                                    working_folder)
 
-STUDENT = "me"  # the working folder is grade's for a student of this id
 BY_HAND = "your written answer: your instructor grades it by hand, no test does"
 BLANK = "not written yet (left as released, it scores 0): your instructor grades it by hand"
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -59,6 +57,7 @@ class Checked:
     assignment: str
     named: str = ""        # how the assignment was told, when the file's name does not say it
     sandbox: str = "off"   # namespaces | landlock | off (this machine allows none)
+    memory: str = ""       # what bounds the notebook's memory here, in words (memory.describe)
     hidden_tests_ran: bool = False
     results: list[TestResult] = field(default_factory=list)
 
@@ -85,9 +84,12 @@ def judge(notebook: Path, course: Course, limits: Limits = Limits()) -> Checked:
     source = _read(tests_source(course) / assignment / f"{assignment}.ipynb")
     prepared = prepare(submitted, source)
     limits, mode = sandboxed(course, limits)
-    with _working_folder(course, assignment) as staging:
-        execution = execute(cells_to_run(prepared), str(staging), limits, dict(NOTEBOOK_ENV),
+    folder = working_folder(course.grading, assignment, tests_source(course) / assignment)
+    try:
+        execution = execute(cells_to_run(prepared), str(folder), limits, dict(NOTEBOOK_ENV),
                             referee.trusted_cells(source))
+    finally:
+        remove_working_folder(folder)
     released = source_cells(source)
     results = []
     for index, cell in enumerate(prepared["cells"]):
@@ -101,7 +103,8 @@ def judge(notebook: Path, course: Course, limits: Limits = Limits()) -> Checked:
         verdict = execution.verdicts.get(index)
         results.append(TestResult(name, description(cell), points(cell) if verdict and verdict.passed else 0.0,
                                   points(cell), failure_message(execution.outputs.get(index, []))))
-    return Checked(assignment, named, mode, course.has_solutions, results)
+    return Checked(assignment, named, mode, memory.describe(limits.memory_bound, limits.memory), course.has_solutions,
+                   results)
 
 
 def description(cell: dict) -> str:
@@ -163,19 +166,3 @@ def sandboxed(course: Course, limits: Limits) -> tuple[Limits, str]:
         limits = confine(replace(limits, sandbox="off"), course.hidden_from_notebooks)
     return limits, limits.sandbox
 
-
-@contextmanager
-def _working_folder(course: Course, assignment: str):
-    """The notebook's working folder, laid out as grade's (``grading/.staging/<STUDENT>/<assignment>/``) with the
-    assignment's data files; one check at a time uses it (a lock beside it), and it is removed afterwards."""
-    staging = course.grading / ".staging" / STUDENT / assignment
-    staging.parent.mkdir(parents=True, exist_ok=True)
-    with open(staging.parent / f".{assignment}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir()
-        try:
-            copy_course_files(tests_source(course) / assignment, staging)
-            yield staging
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)

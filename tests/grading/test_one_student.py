@@ -247,7 +247,7 @@ def test_whatever_the_grader_raises_on_one_notebook_ends_in_that_student_s_row(t
     course = _course(tmp_path / "course")
     notebooks = Notebooks(course.root)
     write_submissions(course, {s: notebooks.answers() for s in ("fine", "breaks_prepare", "breaks_run", "breaks_scoring")})
-    prepare, execute, finish = grading._Grader.prepare, grading.execute, grading._Grader.finish_task
+    prepare, run_task, finish = grading._Grader.prepare, grading.run_task, grading._Grader.finish_task
 
     def failing(name, error, real, who):
         def call(*args, **kwargs):
@@ -257,7 +257,8 @@ def test_whatever_the_grader_raises_on_one_notebook_ends_in_that_student_s_row(t
         return call
 
     monkeypatch.setattr(grading._Grader, "prepare", failing("breaks_prepare", KeyError("x"), prepare, lambda s, st: st))
-    monkeypatch.setattr(grading, "execute", failing("breaks_run", OSError("no pipe"), execute, lambda c, cwd, *a: cwd))
+    # (by the task: a notebook's working folder no longer names its student)
+    monkeypatch.setattr(grading, "run_task", failing("breaks_run", OSError("no pipe"), run_task, lambda task: task.student_id))
     monkeypatch.setattr(grading._Grader, "finish_task", failing("breaks_scoring", ValueError("bad output"), finish,
                                                                 lambda s, task, e: task.student_id))
     with open(os.devnull, "w") as quiet:

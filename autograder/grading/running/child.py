@@ -25,7 +25,7 @@ def child_main(cells, cwd, limits: Limits, env, judged: bool, connection) -> Non
     With ``judged``, after each test cell (one with a ``grade_id``) wait until the grader says ``continue``
     (it has the cell's outputs; its referee checks the cell while this process goes on)."""
     try:
-        isolate(cwd, limits, env, connection.fileno())
+        connection = isolate(cwd, limits, env, connection)
         from autograder.grading.running import warm
 
         shell = warm.new_shell(hidden_test_lines(cells))

@@ -13,7 +13,10 @@ test cell's outputs, which the student's code can emit). Untrusted code is bound
 
 - each cell may run ``Limits.cell_timeout`` seconds; once one cell has timed out, later cells
   get at most ``Limits.after_timeout`` seconds, so a looping function costs the full limit once;
-- the process may use ``Limits.memory`` bytes more than it started with (RLIMIT_AS);
+- each process may use ``Limits.memory`` bytes more than it started with (RLIMIT_AS), and all of the
+  notebook's processes together that much (``autograder.grading.running.confinement.memory``: a memory
+  cgroup, or no second process); when the kernel stops one of them for want of memory, the notebook
+  "ran out of memory" in the cell that was running;
 - printed output is kept up to ``Limits.output_chars`` characters per cell (figures and other
   rich output up to 2 MB);
 - if the process dies (``os._exit``, a segfault, a kill at the hard deadline) the cell where
@@ -48,7 +51,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from autograder.grading.running.confinement import processes
+from autograder.grading.running.confinement import memory, processes, starter
 from autograder.grading.running.confinement.budget import Budget
 from autograder.grading.running.child import child_main
 from autograder.grading.running.confinement.limits import Limits, confine, notebook_budget
@@ -107,7 +110,7 @@ def _context():
             try:
                 for name in [n for n in os.environ if not kept(n)]:
                     del os.environ[name]
-                forkserver.ensure_running()
+                starter.start_warm_process(forkserver.ensure_running)  # the same whichever command starts it
             finally:
                 os.environ.clear()
                 os.environ.update(saved)
@@ -138,7 +141,7 @@ def execute(cells: list[dict], cwd: str, limits: Limits = Limits(),
     it ends, every process it started is killed (``autograder.grading.running.confinement.processes``).
     """
     started = time.monotonic()
-    if limits.sandbox == "auto":  # a Dask worker: its own machine decides
+    if "auto" in (limits.sandbox, limits.memory_bound):  # a Dask worker: its own machine decides
         limits = confine(limits, [])
     result = Execution()
     context = _context()
@@ -180,6 +183,8 @@ def execute(cells: list[dict], cwd: str, limits: Limits = Limits(),
                     running = None
                     if status != "ok" and result.status == "graded":
                         result.status, result.cell = status, index
+                    elif result.status == "graded" and _stopped_for_memory(limits, child.pid):  # (a process it started)
+                        result.status, result.cell, result.detail = "ran out of memory", index, _memory_why(limits)
                     timed_out = timed_out or status == "timed out"
                     if referee is not None and cells[index].get("grade_id"):
                         # A cell that failed in the student's process fails whatever the referee finds; where
@@ -199,6 +204,8 @@ def execute(cells: list[dict], cwd: str, limits: Limits = Limits(),
                             # Its checks fail from here on; the notebook itself goes on.
                             why = f"the process that runs your answers for the grader's checks stopped: {examinee.gone}"
                             result.status, result.cell, result.detail = "kernel died", index, why
+                            if _stopped_for_memory(limits, examinee.process.pid):
+                                result.status, result.detail = "ran out of memory", why + f" ({_memory_why(limits)})"
                         cell_started = time.monotonic()
                 elif kind == "done":
                     done = True
@@ -236,8 +243,11 @@ def execute(cells: list[dict], cwd: str, limits: Limits = Limits(),
         # Whatever it left running (detached, stopped, ignoring signals) dies with it.
         processes.end_sandbox(child.pid, child_started, UID_BASE + child.pid if limits.sandbox == "namespaces" else None)
         child.join()
+        stopped_for_memory = _stopped_for_memory(limits, child.pid)
+        memory.release(child.pid)
         if examinee is not None:
             examinee.end()
+            memory.release(examinee.process.pid)
         receive.close()
     if budget.exceeded and not done:
         index = running if isinstance(running, int) else where
@@ -247,16 +257,21 @@ def execute(cells: list[dict], cwd: str, limits: Limits = Limits(),
                                                                  "notebook here"))
         result.status, result.cell, result.detail = "over budget", index, why
         running = "killed"
-    if running not in (None, "killed"):
+    if running not in (None, "killed") and stopped_for_memory:
+        # The kernel stopped it: its processes together passed their memory cgroup's limit.
+        _append(result, running, error_output("MemoryError", f"ran out of memory: {_memory_why(limits)}"))
+        result.status, result.cell, result.detail = "ran out of memory", running, _memory_why(limits)
+    elif running not in (None, "killed"):
         # The process vanished in the middle of a cell.
         why = _death(child.exitcode)
         _append(result, running, error_output("DeadKernelError", f"the kernel died while running this cell ({why})"))
         result.status, result.cell, result.detail = "kernel died", running, why
     elif running is None and not done:
         # It ended between cells without saying it was done: what did not run did not pass.
-        why = _death(child.exitcode)
+        why = _memory_why(limits) if stopped_for_memory else _death(child.exitcode)
         if result.status == "graded":
-            result.status, result.cell, result.detail = "kernel died", messages.next_cell(), why
+            result.status, result.cell, result.detail = ("ran out of memory" if stopped_for_memory else "kernel died",
+                                                         messages.next_cell(), why)
     if not done:
         for index, cell in enumerate(cells):
             if cell.get("cell_type") == "code" and index not in result.outputs:
@@ -298,6 +313,16 @@ def _for_the_student(cells: list[dict], decided: set[str]) -> list[dict]:
 
     return [dict(cell, source=visible_source(text(cell)), hidden=True) if cell.get("grade_id") in decided
             and HIDDEN_BEGIN in text(cell) else cell for cell in cells]
+
+
+def _stopped_for_memory(limits: Limits, pid: int) -> bool:
+    """Whether the kernel has stopped a process of the sandbox of outer process ``pid`` for want of memory."""
+    return limits.memory_bound == memory.CGROUP and memory.oom_kills(pid) > 0
+
+
+def _memory_why(limits: Limits) -> str:
+    return (f"its processes together used more than the {limits.memory / 1024**3:g} GB a notebook may use, so the "
+            "kernel stopped one of them")
 
 
 def _append(result: Execution, index: int, output: dict) -> None:

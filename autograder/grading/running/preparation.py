@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 import shutil
 from pathlib import Path
 
@@ -37,6 +38,8 @@ BEGIN, END = "### BEGIN " "SOLUTION", "### END " "SOLUTION"  # in two parts: no 
 SOLUTION_REGION = re.compile(rf"^([ \t]*){BEGIN}[^\n]*\n.*?^[ \t]*{END}[^\n]*$", re.S | re.M)
 # How a notebook's process is started, in grade and in check alike.
 NOTEBOOK_ENV = {"NBGRADER_EXECUTION": "autograde", "MPLBACKEND": "module://matplotlib_inline.backend_inline"}
+# Where a notebook runs, in grade and in check alike: grading/.running/<random>/<assignment>/.
+WORKING_FOLDERS = ".running"
 
 
 def text(cell: dict) -> str:
@@ -211,3 +214,18 @@ def copy_course_files(source_folder: Path, staging: Path) -> None:
         if path.is_file() and path.suffix != ".ipynb" and not is_dropping(relative):
             (staging / relative).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(path, staging / relative)
+
+
+def working_folder(grading: Path, assignment: str, source_folder: Path) -> Path:
+    """A new working folder for one run of a notebook, ``grading/.running/<random>/<assignment>/``, with the data
+    files beside ``source_folder``'s notebook: made alike by grade and check, its path names neither the student
+    nor the command, and no other notebook runs in it (``remove_working_folder`` when the run is over)."""
+    folder = Path(grading) / WORKING_FOLDERS / secrets.token_hex(8) / assignment
+    folder.mkdir(parents=True)
+    copy_course_files(source_folder, folder)
+    return folder
+
+
+def remove_working_folder(folder) -> None:
+    """Remove a ``working_folder`` and whatever the notebook left in it."""
+    shutil.rmtree(Path(folder).parent, ignore_errors=True)

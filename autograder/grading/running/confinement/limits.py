@@ -1,8 +1,9 @@
 """What one notebook may use while it is graded (``Limits``), and the sandbox it runs in.
 
 ``confine`` decides the sandbox mode for this machine (refusing to run student code without
-one unless told), ``isolate`` puts the current process into it (``autograder.grading.running.confinement.sandbox``)
-with its memory and thread limits: notebooks and the referee both start with it.
+one unless told) and what bounds a notebook's memory there (``autograder.grading.running.confinement.memory``),
+``isolate`` puts the current process into it (``autograder.grading.running.confinement.sandbox``)
+with its memory and thread limits: notebooks, their examinees and the referee all start with it.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, replace
 
-from autograder.grading.running.confinement import sandbox
+from autograder.grading.running.confinement import memory as memory_bound, sandbox, starter
 
 
 class CellTimeout(BaseException):
@@ -29,6 +30,7 @@ class Limits:
     output_chars: int = 100_000
     threads: int = 1
     sandbox: str = "auto"             # namespaces | landlock | off | auto (the strongest available)
+    memory_bound: str = "auto"        # cgroup | one process | per process | auto (decided with the sandbox: memory.py)
     hidden: tuple[str, ...] = ()      # folders the notebook must not see (the course's), see sandbox.Policy
 
 
@@ -60,7 +62,13 @@ def confine(limits: Limits, hidden: list, here: bool = True) -> Limits:
     mode = sandbox_mode(limits) if here else limits.sandbox
     if mode == "off" and limits.sandbox == "auto":
         raise SandboxRefused(REFUSED)
-    return replace(limits, sandbox=mode, hidden=tuple(str(h) for h in hidden) + tuple(limits.hidden))
+    bound = limits.memory_bound
+    if bound == "auto" and mode != "auto":
+        bound = memory_bound.bound(mode != "off", limits.memory)
+    if bound == memory_bound.CGROUP:
+        memory_bound.sweep()
+    return replace(limits, sandbox=mode, memory_bound=bound,
+                   hidden=tuple(str(h) for h in hidden) + tuple(limits.hidden))
 
 
 def sandbox_mode(limits: Limits) -> str:
@@ -69,8 +77,6 @@ def sandbox_mode(limits: Limits) -> str:
     if limits.sandbox != "auto":
         return limits.sandbox
     if _available is None:
-        from autograder.grading.running.confinement import sandbox
-
         _available = sandbox.available()
     return _available
 
@@ -94,21 +100,59 @@ def package_parts() -> tuple[str, ...]:
     return tuple(os.path.join(package_folder(), part) for part in PACKAGE_PARTS)
 
 
-def isolate(cwd: str, limits: Limits, env: dict[str, str], keep_fd: int) -> None:
-    """The sandbox (``autograder.grading.running.confinement.sandbox``), no stdin, C-level output discarded, bounded memory and threads."""
+RESULT_FD = 3  # the result pipe's descriptor in a sandbox: the same whatever the warm process had open
+
+
+START_STEP = 256 * 1024**2  # a process's address space when its sandbox is made, rounded up to this
+
+
+def _start() -> int:
+    """This process's address space, rounded up to ``START_STEP``: a notebook may use ``Limits.memory`` beyond it.
+    (Not rounded, it varied by some pages from one warm process to the next, with the order of their hash tables,
+    and with what the warm process had served before: RLIMIT_AS told check from grade. Rounded, it is one number
+    here: 1 GiB, for 1,019.5-1,019.7 MB in five warm processes.)"""
+    with open("/proc/self/statm") as statm:
+        size = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    return -(-size // START_STEP) * START_STEP
+
+
+def isolate(cwd: str, limits: Limits, env: dict[str, str], connection):
+    """The sandbox (``autograder.grading.running.confinement.sandbox``), no stdin, C-level output discarded, bounded
+    memory and threads; return ``connection`` (the result pipe), on descriptor ``RESULT_FD`` in a sandbox."""
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
     os.close(devnull)
+    starter.forget_the_starter(cwd)
     policy = sandbox.Policy(sandbox_mode(limits), tuple(limits.hidden) + (package_folder(),), package_parts())
-    sandbox.enter(policy, cwd, keep_fd, env, limits.memory)
+    if limits.memory_bound == memory_bound.CGROUP:
+        try:  # before the sandbox's forks and its change of uid: every process of the sandbox is in it
+            memory_bound.join(limits.memory)
+        except OSError as error:
+            raise sandbox.SandboxError(f"no memory cgroup for this notebook ({error})") from None
+    sandbox.enter(policy, cwd, connection.fileno(), env, limits.memory)
+    if limits.memory_bound == memory_bound.ONE_PROCESS:
+        memory_bound.refuse_processes()
+    if policy.mode != "off":
+        connection = _on_result_fd(connection)
     if limits.memory is not None:
         import resource
 
-        page = os.sysconf("SC_PAGE_SIZE")
-        with open("/proc/self/statm") as statm:
-            in_use = int(statm.read().split()[0]) * page
-        resource.setrlimit(resource.RLIMIT_AS, (in_use + limits.memory, in_use + limits.memory))
+        start = _start()
+        resource.setrlimit(resource.RLIMIT_AS, (start + limits.memory, start + limits.memory))
     import torch
 
     torch.set_num_threads(max(1, limits.threads))
+    return connection
+
+
+def _on_result_fd(connection):
+    """``connection`` moved to descriptor ``RESULT_FD`` (the sandbox has closed every other descriptor but 0-2):
+    its number would otherwise say how many processes the warm process was serving, more in grade than in check."""
+    from multiprocessing.connection import Connection
+
+    if connection.fileno() == RESULT_FD:
+        return connection
+    os.dup2(connection.fileno(), RESULT_FD)
+    connection.close()
+    return Connection(RESULT_FD)

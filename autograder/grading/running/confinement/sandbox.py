@@ -3,10 +3,10 @@
 Three levels, the strongest this machine allows (``available()``; ``grade`` says which one it uses):
 
 ``namespaces`` (the grading user is root, as in CI and containers): the child calls
-``unshare(2)`` (through ctypes: Python 3.11 has no ``os.unshare``) for new mount, pid, network
-and IPC namespaces and forks the notebook as PID 1 of its pid namespace, so every process the
+``unshare(2)`` (through ctypes: Python 3.11 has no ``os.unshare``) for new mount, pid, network,
+IPC and cgroup namespaces and forks the notebook as PID 1 of its pid namespace, so every process the
 notebook starts dies with it. In its mount namespace the whole file system is read-only; the
-instructor's home, ``/home``, ``/tmp``, ``/run`` and the course folder (``solutions/``, the
+instructor's home, ``/home``, ``/tmp``, ``/run``, ``/sys/fs/cgroup`` and the course folder (``solutions/``, the
 gradebook, ``grading/`` with every other student's files, the git history) are covered by empty
 file systems; only the Python installation and the parts of the course's package that notebooks and the
 grader's sandboxed processes import (``limits.PACKAGE_PARTS``: never ``authoring/`` or the demo
@@ -64,12 +64,13 @@ FILE_SIZE = 64 * 1024**2        # largest file a notebook may write
 OPEN_FILES = 256
 SCRATCH_SIZE = "128m"           # one tmpfs (RAM) for the working folder, /tmp and /dev/shm together
 # Covered by an empty file system; the Python installation is shown again inside them.
+# /sys/fs/cgroup: every sandbox's memory cgroup is there, as many as notebooks run at once (more in grade than check).
 HIDDEN_ROOTS = ["/root", "/home", "/tmp", "/var/tmp", "/dev/shm", "/run", "/mnt", "/media", "/srv",
-                "/var/lib", "/var/log", "/var/mail", "/var/spool", "/var/backups", "/work"]
+                "/var/lib", "/var/log", "/var/mail", "/var/spool", "/var/backups", "/work", "/sys/fs/cgroup"]
 SAFE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
             "OMP_NUM_THREADS": "1"}
 
-CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWUSER = 0x00020000, 0x08000000, 0x10000000
+CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWIPC, CLONE_NEWUSER = 0x00020000, 0x02000000, 0x08000000, 0x10000000
 CLONE_NEWPID, CLONE_NEWNET = 0x20000000, 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
@@ -153,7 +154,7 @@ def _namespaces_allowed() -> bool:
     pid = os.fork()
     if pid == 0:
         try:
-            flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC
+            flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWCGROUP
             unshare(flags if os.geteuid() == 0 else flags | CLONE_NEWUSER)
             os._exit(0 if os.geteuid() == 0 else 1)  # see enter(): the mount setup needs real root
         except BaseException:
@@ -176,7 +177,7 @@ def available() -> str:
 def describe(mode: str) -> str:
     """One line saying what protects the instructor in ``mode``."""
     return {
-        "namespaces": "sandbox: namespaces (mount, pid, network, IPC, user), read-only file system, course "
+        "namespaces": "sandbox: namespaces (mount, pid, network, IPC, cgroup, user), read-only file system, course "
                       "and home hidden, own uid, no capabilities, no_new_privs, seccomp (no sockets), rlimits, "
                       "clean environment",
         "landlock": "sandbox: Landlock (files allow-listed, no TCP, no signals outside), seccomp (no "
@@ -241,7 +242,7 @@ def _enter_namespaces(policy: Policy, cwd: str) -> None:
     if os.geteuid() != 0:
         raise SandboxError("namespaces mode needs the grading process to run as root (use landlock)")
     sandbox_pid = os.getpid()
-    unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC)
+    unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWCGROUP)  # (its cgroup: "/")
     outer_alive, outer_holds = os.pipe()
     pid = os.fork()
     if pid:
@@ -335,7 +336,7 @@ def _build_file_system(policy: Policy, cwd: str, uid: int) -> None:
     # before anything covers it.
     handles = {path: os.open(path, os.O_PATH) for path in shown}
     covered: list[str] = []
-    for path in sorted(set(hidden), key=len):
+    for path in sorted(set(hidden), key=lambda p: (len(p), p)):  # (in one order: /proc/self/mountinfo lists them)
         if any(_under(path, c) for c in covered):
             continue
         _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV,

@@ -160,7 +160,7 @@ def examinee_main(steps: list[dict], folder: str, limits: Limits, env: dict[str,
     """Run the given and answer cells, say ``["ready"]``, then answer each ``["ask", requests, limit]`` with
     ``["answer", replies]`` until told anything else."""
     try:
-        isolate(folder, limits, env, connection.fileno())
+        connection = isolate(folder, limits, env, connection)
         # No import may come from the working folder, where an answer can write files.
         sys.path[:] = [p for p in sys.path if p and os.path.isabs(p) and not p.startswith(folder)]
         signal.signal(signal.SIGALRM, _on_alarm)

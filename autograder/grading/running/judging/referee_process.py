@@ -10,6 +10,7 @@ import os
 import threading
 import time
 
+from autograder.grading.running.confinement import memory
 from autograder.grading.running.confinement.limits import Limits, isolate
 from autograder.grading.running.messages.protocol import ProtocolError, receive, send, send_crash, start, tell
 
@@ -118,6 +119,7 @@ def _end_referee(process, connection, folder: str) -> None:
     if process.is_alive():
         process.kill()
         process.join()
+    memory.release(process.pid)
     connection.close()
     shutil.rmtree(folder, ignore_errors=True)
 
@@ -129,7 +131,7 @@ def referee_main(folder: str, limits: Limits, connection) -> None:
     referee plans its checks and answers ``["ready", decided grade_ids]``; ``["judge", grade_id, failed_there]``
     judges one of its test cells; anything else ends the process."""
     try:
-        isolate(folder, limits, {}, connection.fileno())
+        connection = isolate(folder, limits, {}, connection)
         from autograder.grading.running.judging.referee import Referee
 
         def ask(requests: list):
