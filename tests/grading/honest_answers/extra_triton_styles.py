@@ -1,6 +1,9 @@
-"""Honest answers to a future assignment 11 (Triton with tl.dot, operators registered through torch.library).
+"""Honest Triton and torch.library code in styles the assignments' answers do not use: a matmul kernel with
+``tl.dot`` and ``triton.autotune``, a fused linear operator, a LayerNorm and a row-wise attention kernel of
+their own, a dataclass of tile settings.
 
-There is no notebook yet: these cells are scanned with the course's usual imports (``bindings.COURSE_IMPORTS``).
+These cells belong to no assignment's notebook: they are scanned with the course's usual imports
+(``bindings.COURSE_IMPORTS``).
 """
 
 # %% matmul_kernel
