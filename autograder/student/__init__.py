@@ -30,9 +30,10 @@ from autograder.student.graph import draw_graph
 
 def _not_done_said_in_notebooks() -> None:
     """In an IPython kernel (a notebook) with no error handler of its own, errors go through ``show_error``."""
-    if "IPython" not in sys.modules:
+    ipython = sys.modules.get("IPython")  # (None where an import of it was blocked, as on a bare GPU machine)
+    if ipython is None:
         return
-    shell = sys.modules["IPython"].get_ipython()
+    shell = ipython.get_ipython()
     if shell is not None and not shell.custom_exceptions:
         shell.set_custom_exc((Exception,), show_error)
 

@@ -2,7 +2,7 @@
 
 ``time_bias_gelu`` times a bias + GELU forward+backward with 07's helpers (``autograder.student.timing``),
 beside ``copy_`` and the built-in ``F.gelu(x + bias)``, as latency and as throughput; optionally each
-call replayed from a CUDA graph (``graphed``: every kernel of a call launched at once, none of the
+call replayed from a CUDA graph (``graph_replay``: every kernel of a call launched at once, none of the
 host's per-call work) and timed by ``triton.testing.do_bench`` too. ``python -m
 autograder.authoring.kernel_timings`` records the solution's kernels with it; ``reference_timings``,
 ``timing_lines``, ``tile_lines`` and ``plot_kernel_share`` show such a record where there is no GPU.
@@ -17,7 +17,7 @@ EVIDENCE_RECORD = "kernels_h200_hand_written_pair.json"
 GRAPHED = ", CUDA graph"  # the suffix of a variant's name when its calls are replayed from a CUDA graph
 
 
-def graphed(call, warmup: int = 3):
+def graph_replay(call, warmup: int = 3):
     """``call`` (no arguments; its CUDA tensors stay where they are) captured once in a CUDA graph: the function
     returned replays it, every kernel the call launched, in one launch, without the host's per-call work
     (Python, Triton's launcher, autograd's bookkeeping, allocations). ``warmup`` calls first, on a side
@@ -47,7 +47,7 @@ def time_bias_gelu(function, sizes, device="cuda", name: str = "your BiasGELU", 
     (median of ``repeats``), ``throughput_seconds`` ``calls`` calls back to back. ``fraction_of_copy_*``
     divides the achieved bandwidth (model bytes / time) by copy_'s at the same size. ``others``: more
     ``(name, function)`` pairs timed the same way. ``graphs``: the built-in's and the functions' calls again,
-    replayed from a CUDA graph (``graphed``; variant name + ``GRAPHED``). ``bench``: every row also gets
+    replayed from a CUDA graph (``graph_replay``; variant name + ``GRAPHED``). ``bench``: every row also gets
     ``do_bench_seconds``, ``triton.testing.do_bench``'s median (``return_mode="median"``: its default is the
     mean; CUDA events around each call, the L2 cache flushed before it). Torch's deterministic mode is off meanwhile (its NaN fill of new tensors would be
     timed too).
@@ -71,7 +71,7 @@ def time_bias_gelu(function, sizes, device="cuda", name: str = "your BiasGELU", 
                 call = timing.timed_call(variant, x, bias, grad_output, pass_)
                 call()  # compiles the kernels for this size before any clock starts
                 synchronize()
-                ways = [(variant.name, call)] + ([(variant.name + GRAPHED, graphed(call))]
+                ways = [(variant.name, call)] + ([(variant.name + GRAPHED, graph_replay(call))]
                                                  if graphs and variant.workload != "copy" else [])
                 for label, timed in ways:
                     row = {"variant": label, "pass": pass_, "elements": elements,

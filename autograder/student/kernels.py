@@ -18,7 +18,8 @@ its masked load (``InterpreterBuilder.create_masked_load``): private names, the 
 otherwise it installs nothing and returns False; ``memory_guarded()`` says whether it is on, and
 ``UNGUARDED`` is what the notebook and ``check_kernel`` then say. Compiled kernels on a GPU are untouched.
 
-``SOFTMAX_BACKWARD_MISTAKES`` and ``SOFTMAX_NAN`` are what 10's softmax test names (Exercise 4); the
+``SOFTMAX_NAN`` is what 10's softmax test says of NaN (Exercise 4; its table of wrong derivations is in the
+test cell itself, since their negation would hand 05's answer to anyone reading this library); the
 timing helpers and records of Exercise 6 live in ``autograder.student.kernel_records`` and are importable
 from here too.
 """
@@ -220,21 +221,6 @@ class _CheckedMemory:
 # What assignment 10's softmax test names (Exercise 4): the typical wrong backwards, and NaN from masked lanes
 
 
-def _softmax_y(x):
-    import torch
-
-    return torch.softmax(x, dim=-1)
-
-
-SOFTMAX_BACKWARD_MISTAKES = {  # explain_known_mistakes's table: description -> the gradient that mistake gives
-    "it keeps only the diagonal of the Jacobian (y * grad_output): the sum over the row is missing. Every y_i "
-    "depends on every x_j of its row, so the VJP has a term -y_j * sum_i(grad_output_i * y_i)":
-        lambda x, g: {"x": _softmax_y(x) * g},
-    "the sum of grad_output * y runs over the whole tensor, not over each row: one program's tl.sum covers its row":
-        lambda x, g: {"x": _softmax_y(x) * (g - (g * _softmax_y(x)).sum())},
-    "its sign is flipped: the VJP is y * (grad_output - sum), not y * (sum - grad_output)":
-        lambda x, g: {"x": -_softmax_y(x) * (g - (g * _softmax_y(x)).sum(-1, keepdim=True))},
-}
 SOFTMAX_NAN = (  # explain_non_finite's situation, forward's advice and backward's, for rows of 10 (16 lanes)
     "on rows of 10 columns (blocks of 16 lanes, the last 6 masked)",
     "In forward, the masked lanes must load -inf (other=-float('inf')): they then never win the maximum, and "
@@ -248,7 +234,7 @@ SOFTMAX_NAN = (  # explain_non_finite's situation, forward's advice and backward
 
 # The timing helpers of Exercise 6 and the shipped records (moved to their own module; importable from here too).
 from autograder.student.kernel_records import (  # noqa: E402
-    EVIDENCE_RECORD, SOLUTION_RECORD, graphed, plot_kernel_share, reference_timings, tile_lines, time_bias_gelu,
+    EVIDENCE_RECORD, SOLUTION_RECORD, graph_replay, plot_kernel_share, reference_timings, tile_lines, time_bias_gelu,
     timing_lines,
 )
 

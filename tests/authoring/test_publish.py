@@ -24,7 +24,7 @@ MARKERS = ("BEGIN SOLUTION", "BEGIN HIDDEN TESTS")
 SHORTEST_SECRET = 12  # shorter lines ("pass", "return x", "return None", "]") are not telling
 # Plain PyTorch lines that a solution and the course's library each need for their own reasons (a
 # checkpointing backward and the referee turn gradients on; a timing helper synchronises): not telling.
-COMMON_LINES = {"with torch.enable_grad():", "synchronize()"}
+COMMON_LINES = {"with torch.enable_grad():", "synchronize()", "for _ in range(warmup):"}  # (no answer in a line)
 
 
 @pytest.fixture(scope="module")

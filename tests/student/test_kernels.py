@@ -21,7 +21,7 @@ from autograder.student.checker.diagnoses import explain_known_mistakes, explain
 from autograder.student.checker.kernels import _grid_stops_there  # noqa: E402
 from autograder.student.checker.messages import NOT_DONE  # noqa: E402
 from autograder.student.kernels import (  # noqa: E402
-    SOFTMAX_BACKWARD_MISTAKES, SOFTMAX_NAN, UNGUARDED, OutOfBounds, _missing_internals, guard_memory, interpreted,
+    SOFTMAX_NAN, UNGUARDED, OutOfBounds, _missing_internals, guard_memory, interpreted,
     memory_guarded,
 )
 
@@ -289,6 +289,16 @@ def test_a_grid_stops_short_only_at_a_multiple_of_a_block_less_than_one_block_fr
 SOFTMAX_Y = "y = at_least_float32(tl.load(y_ptr + offsets, mask=inside, other=0.0))"
 
 
+def _softmax_mistakes() -> dict:
+    """The table of wrong derivations that 10's softmax test cell defines (its lines before ``x = randn``)."""
+    [cell] = [c for c in json.loads(NOTEBOOK.read_text())["cells"]
+              if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == "test_triton_softmax"]
+    definitions = "".join(cell["source"]).split("\nx = randn(")[0]
+    namespace = {"torch": torch}
+    exec(definitions, namespace)  # noqa: S102 - the course's own notebook
+    return namespace["SOFTMAX_BACKWARD_MISTAKES"]
+
+
 @pytest.mark.parametrize("old, new, named", [
     (SOFTMAX_Y, SOFTMAX_Y.replace(", other=0.0", ""), "Load y and grad_output with other=0.0"),
     ("y * (grad_output - tl.sum(grad_output * y, axis=0))", "y * grad_output", "the sum over the row is missing"),
@@ -299,7 +309,7 @@ def test_the_softmax_test_names_masked_lanes_and_wrong_derivations_before_check_
     softmax = _mistaken(tmp_path, old, new)["TritonSoftmax"]
     with pytest.raises(AssertionError) as caught:  # as the visible test cell runs them, in order
         explain_non_finite(softmax, (torch.randn(6, 10),), *SOFTMAX_NAN)
-        explain_known_mistakes(softmax, (torch.randn(4, 6),), SOFTMAX_BACKWARD_MISTAKES)
+        explain_known_mistakes(softmax, (torch.randn(4, 6),), _softmax_mistakes())
     assert named in str(caught.value), str(caught.value)
 
 
