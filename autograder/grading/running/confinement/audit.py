@@ -1,0 +1,198 @@
+"""Nothing to reach from inside: audit hooks that refuse what answers never need, in the examinee.
+
+The examinee (``autograder.grading.running.judging.examinee``) runs a student's answers beside the grader's
+own measuring code, in one process. An answer that reached the interpreter's frames or the garbage
+collector's objects would find the grader's state (its ``Watch``, its tamper guard) and change what it
+measures; one that turned a string into code would run what the answer scan never saw. So the examinee
+installs a Python audit hook (``sys.addaudithook``: no hook can be removed once added) before it runs any
+given or answer cell. Every audit event the interpreter raises reaches it, and it refuses what an
+answer's code does itself:
+
+- frames and code objects: ``sys._getframe``, ``sys._current_frames``, ``sys.settrace``, ``sys.setprofile``,
+  the attributes that hand out frames and code (``tb_frame``, ``gi_frame``, ``f_code``, ``__code__``: the
+  event ``object.__getattr__``), and changing a function's code or defaults or an object's class;
+- the garbage collector's walks (``gc.get_objects``, ``gc.get_referrers``, ``gc.get_referents``);
+- strings or data made into code (``compile``, ``exec``, ``eval``, ``code.__new__``, ``function.__new__``,
+  ``marshal.loads``, ``pickle.find_class``), ``ctypes``, opening files, ``os`` calls, another audit hook;
+- in fact every event but ``ALWAYS_ALLOWED`` (an import: which modules an answer names is the scan's to
+  decide; ``id()``): what answers may do is a list of what is allowed.
+
+"Does itself" is read from the Python frames on the stack, innermost first (the hook's caller's). A frame of
+the grader's own package, of torch or of triton (``trusted``), or of the import system, decides: the event
+is theirs, and allowed (``torch.compile`` compiles and runs the code it generates, reads sources, opens its
+cache; Triton's interpreter rewrites a kernel's source and compiles it; the grader runs the answer cells
+with ``exec``). A frame of the rest of the Python installation (the standard library, other installed
+packages) does not decide: the event belongs to whoever called it, so ``inspect.stack()`` in an answer is
+refused as the answer's. A few standard modules compile code they build from validated identifiers, or
+read their caller's module name (``STANDARD_ALLOWED``: ``dataclasses``, ``namedtuple``, ``TypeVar``, ``Enum``):
+those are allowed where the event comes from that module's own frame. Any other frame (an answer cell,
+a given cell, code made from a string) decides: refused.
+
+Why this is sound: an answer's frames and the code it makes are never trusted (a code object keeps the
+file name it was compiled with, and making one with another name is itself refused), so whatever an
+answer does directly, or through the standard library, is judged as its own. What torch or the grader do
+when an answer calls them is allowed: which of their functions an answer may call at all (not
+``torch.utils.benchmark.Timer``, which compiles the string it is given, nor ``torch.load``) is the answer
+scan's allow-list (``autograder.grading.running.judging.scan``), and the scan's rule that no string becomes
+code keeps an answer from handing torch a string to run.
+
+Whoever starts a thread or a process, trusted or not, is refused (``os.fork``, ``subprocess.Popen``,
+``os.posix_spawn``, ``os.system``, ``os.exec*``; threads through ``_thread`` and processes through
+``_posixsubprocess``, which raise no event of their own, so their functions are replaced): what the kernel
+refuses anyway (``one_thread``) is said in words.
+
+Each refusal raises ``Refused`` where it happened and is recorded; ``install`` returns the function that
+hands over (and clears) the record. Only the examinee holds that function, and the record lives in the
+hook's closure: an answer that catches the exception still fails the check, with the message.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import enum
+import os
+import sys
+import typing
+
+ALWAYS_ALLOWED = frozenset({"import", "builtins.id"})
+# Raised by the answering code (``sys.audit(CHECKPOINT)``, bound when it was imported) where an answer's code has
+# returned and the grader is about to read what it measured: the examinee's tamper guard looks there.
+CHECKPOINT = "autograder.checkpoint"
+# Of the attributes whose reading raises "object.__getattr__", those that hand out a frame (a code object alone runs
+# nothing: making a function of it, or running it, is refused).
+FRAME_ATTRIBUTES = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_back"})
+STARTS = {"os.fork": "process", "os.forkpty": "process", "os.posix_spawn": "process", "os.spawn": "process",
+          "os.system": "process", "os.exec": "process", "subprocess.Popen": "process", "pty.spawn": "process"}
+# Standard modules allowed these events from their own frames: code they build from identifiers they check
+# (a dataclass's __init__, a namedtuple's __new__), and their caller's module name (sys._getframe(1).f_globals).
+STANDARD_ALLOWED = {dataclasses: {"compile", "exec", "object.__setattr__", "sys._getframe"},
+                    collections: {"compile", "exec", "object.__setattr__", "sys._getframe"},
+                    typing: {"sys._getframe", "object.__setattr__"}, enum: {"sys._getframe"}}
+WHAT = {"sys._getframe": "looked at the interpreter's frames", "sys._current_frames": "looked at the interpreter's frames",
+        "sys.settrace": "traced the interpreter's frames", "sys.setprofile": "traced the interpreter's frames",
+        "object.__getattr__": "reached a frame or a function's code", "object.__setattr__": "changed a function's "
+        "code or defaults, or an object's class", "compile": "turned a string into code", "exec": "ran code it made",
+        "code.__new__": "made a code object", "function.__new__": "made a function from a code object",
+        "marshal.loads": "turned data into code", "pickle.find_class": "unpickled data", "open": "opened a file",
+        "sys.addaudithook": "added an audit hook"}
+WHY = ("the grader runs answers in one thread and one process, with what answers need and no more (no frames, "
+       "no garbage collector walks, no strings made into code, no ctypes, no files), so that its checks see "
+       "everything they run")
+# Parts of torch that run or load what their caller hands them (a statement to time, a pickle, a package, C++
+# sources): not trusted, whatever answer reaches them is judged as the caller.
+NOT_TRUSTED = ("torch/utils/benchmark/", "torch/hub.py", "torch/serialization.py", "torch/package/",
+               "torch/utils/cpp_extension.py", "torch/_dynamo/repro/", "torch/_dynamo/debug_utils.py")
+TRUSTED, LIBRARY, ANSWER = "trusted", "library", "answer"
+IMPORT_SYSTEM = ("<frozen importlib._bootstrap>", "<frozen importlib._bootstrap_external>")
+# The code of the answer cells, as the examinee compiles them (the given cells, "<given>", are the instructor's).
+ANSWER_FILES = ("<answer ",)
+GIVEN_FILES = ("<given",)
+
+
+class Refused(RuntimeError):
+    """What an answer did that the examinee refuses (a RuntimeError: ``sys.addaudithook`` then adds nothing)."""
+
+
+def what(event: str) -> str:
+    """The refused ``event`` in words, as a student reads it."""
+    if event in STARTS:
+        return f"started a {STARTS[event]}"
+    if event.startswith("gc."):
+        return f"walked the garbage collector's objects ({event})"
+    if event.startswith("ctypes."):
+        return f"used ctypes ({event})"
+    return f"{WHAT[event]} ({event})" if event in WHAT else f"used {event}"
+
+
+def message(done: str) -> str:
+    """The error a check fails with when its answer did ``done`` (``what``'s words)."""
+    return f"RefusedError: your code {done}: {WHY} (refused)"
+
+
+def install(trusted: tuple[str, ...], checkpoint=None):
+    """Add the hook; ``trusted``: the folders whose code decides for itself (the grader's package, torch,
+    triton); ``checkpoint()`` runs at each event ``CHECKPOINT``. Return ``taken``: ``taken()`` is what was refused
+    since its last call (``what``'s words), in order."""
+    refused: list[str] = []
+    kinds: dict[str, str] = {name: TRUSTED for name in IMPORT_SYSTEM}
+    trusted = tuple(p.rstrip("/") + "/" for p in trusted)
+    allowed_here = {module.__file__: events for module, events in STANDARD_ALLOWED.items()}
+    busy = [False]
+    getframe, is_str, starts_with = sys._getframe, str, str.startswith
+
+    def kind(filename) -> str:
+        if type(filename) is not is_str:
+            return ANSWER
+        found = kinds.get(filename)
+        if found is None:
+            found = (ANSWER if starts_with(filename, ANSWER_FILES) else
+                     TRUSTED if (starts_with(filename, trusted) and not any(part in filename for part in NOT_TRUSTED)
+                                 or starts_with(filename, GIVEN_FILES)) else LIBRARY)
+            kinds[filename] = found
+        return found
+
+    def decided_by_answer(event: str) -> bool:
+        frame = getframe(2)  # (1: the hook)
+        while frame is not None:
+            filename = frame.f_code.co_filename
+            found = kind(filename)
+            if found == LIBRARY and event in allowed_here.get(filename, ()):
+                return False
+            if found != LIBRARY:
+                return found == ANSWER
+            frame = frame.f_back
+        return True
+
+    def hook(event: str, args: tuple) -> None:
+        if busy[0] or event in ALWAYS_ALLOWED or (event == "object.__getattr__" and args[1] not in FRAME_ATTRIBUTES):
+            return
+        busy[0] = True
+        try:
+            if event == CHECKPOINT:
+                if checkpoint is not None:
+                    checkpoint()
+                return
+            refuse = event in STARTS or decided_by_answer(event)
+        finally:
+            busy[0] = False
+        if refuse:
+            done = what(event)
+            refused.append(done)
+            raise Refused(message(done))
+
+    def refuse(done: str):
+        def refused_start(*args, **kwargs):
+            refused.append(done)
+            raise Refused(message(done))
+        return refused_start
+
+    def taken() -> list[str]:
+        found = list(refused)
+        refused.clear()
+        return found
+
+    import _posixsubprocess
+    import _thread
+    import threading
+
+    sys.addaudithook(hook)
+    _thread.start_new_thread = _thread.start_new = threading._start_new_thread = refuse("started a thread")
+    _posixsubprocess.fork_exec = refuse("started a process")  # (multiprocessing's helpers raise no event first)
+    return taken
+
+
+def trusted_folders() -> tuple[str, ...]:
+    """The grader's package, torch and triton (where installed): the code that decides for itself."""
+    import torch
+
+    import autograder
+
+    folders = [os.path.dirname(autograder.__file__), os.path.dirname(torch.__file__)]
+    try:
+        import triton
+    except ImportError:
+        pass
+    else:
+        folders.append(os.path.dirname(triton.__file__))
+    return tuple(folders) + tuple(os.path.realpath(f) for f in folders)
