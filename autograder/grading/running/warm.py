@@ -82,8 +82,9 @@ except ImportError:  # (no tqdm: torch.hub's stand-in takes no lock)
     pass
 else:
     tqdm.tqdm.set_lock(threading.RLock())
-# The tamper guard's record of the genuine objects, taken once here, where no student code has run.
-GENUINE = autograder.grading.running.judging.tamper.genuine()
+# The tamper guard's record of the genuine objects, taken once here, where no student code has run (kept by the
+# tamper module alone: the examinee takes it from there, out of its answers' reach).
+autograder.grading.running.judging.tamper.genuine()
 
 OUT_OF_MEMORY_TEXT = ("can't allocate memory", "not enough memory", "out of memory")
 
@@ -297,7 +298,7 @@ def new_shell(hidden_lines: list[str] = ()) -> GradingShell:
     sys.stdout = RecordedStream(recorder, "stdout")
     sys.stderr = RecordedStream(recorder, "stdout")
     shell.enable_matplotlib("inline")
-    shell.tamper_guard = autograder.grading.running.kernel.load_ipython_extension(shell, GENUINE)
+    shell.tamper_guard = autograder.grading.running.kernel.load_ipython_extension(shell, autograder.grading.running.judging.tamper.genuine())
     return shell
 
 

@@ -37,8 +37,9 @@ import sys
 import tempfile
 import time
 import types
+import warnings
 
-from autograder.grading.running.confinement import processes
+from autograder.grading.running.confinement import audit, lifetime, one_thread, processes
 
 from autograder.grading.running.judging import scan, tamper
 from autograder.grading.running.confinement.limits import CellTimeout, Limits, isolate
@@ -161,7 +162,21 @@ def examinee_main(steps: list[dict], folder: str, limits: Limits, env: dict[str,
         # No import may come from the working folder, where an answer can write files.
         sys.path[:] = [p for p in sys.path if p and os.path.isabs(p) and not p.startswith(folder)]
         signal.signal(signal.SIGALRM, _on_alarm)
-        answers = Answers(steps, limits.cell_timeout, tamper.genuine())
+        # From here on no thread or process can start, nor can an answer reach frames, the garbage collector's
+        # objects, ctypes or files, or make a string into code (confinement.one_thread, confinement.audit).
+        one_thread.prepare()
+        lifetime.not_dumpable()
+        warnings.simplefilter("ignore")  # (its output goes nowhere; showing a warning reads source files)
+        guard = tamper.handed_over()
+        one_thread.refuse_new_threads()
+        tampered: list[str] = []
+        check = guard.check  # (bound now: what is replaced later in its class is not what runs)
+
+        def checkpoint() -> None:  # the answering code's checkpoints, between an answer's code and what it measures
+            tampered.extend(name for name in check(False) if name not in tampered)
+
+        refusals = audit.install(audit.trusted_folders(), checkpoint)
+        answers = Answers(steps, limits.cell_timeout, guard, refusals, tampered)
         send(connection, ["ready"])
         while True:
             message = json.loads(connection.recv_bytes())
@@ -184,18 +199,24 @@ def _on_alarm(signum, frame):
 class Answers:
     """The given and answer cells, run in order; the replies to the referee's requests about them."""
 
-    def __init__(self, steps: list[dict], limit: float, guard) -> None:
+    def __init__(self, steps: list[dict], limit: float, guard, refusals=list, tampered: list | None = None) -> None:
+        """``refusals()``: what the examinee's audit hook refused since its last call (``confinement.audit``);
+        ``tampered``: what the tamper guard found (also at the answering code's checkpoints), said in every reply."""
         # The answering code, bound before any answer runs (here, not on import: the grader's own process
         # imports this module and must not import torch).
         from autograder.grading.running.judging.answer import answer
 
-        self._answer = answer
+        self._answer, self.refusals = answer, refusals
         self.given, self.answers = _namespace("autograder_examinee_given"), _namespace("autograder_examinee_answers")
         self.missing: dict[str, str] = {}  # a name the solution defines -> why the answers do not define it
         self.refused: set[str] = set()  # the names of answer cells the scan refused: said even where the cell failed
-        self.guard, self.tampered = guard, []
+        self.guard, self._guard_check = guard, guard.check
+        self.tampered = tampered if tampered is not None else []
         guard.user_ns = self.answers
+        guard.watch(guard)  # (the guard's own attributes and the examinee's, as a class's)
+        guard.watch(self)
         for step in steps:
+            refusals()  # (what the instructor's cells did is not held against an answer)
             if step["kind"] == "given" and step.get("setup"):
                 _run_whole(step["source"], self.given, limit)
                 self.answers.update({k: v for k, v in self.given.items()
@@ -206,7 +227,7 @@ class Answers:
             elif step["kind"] == "test":
                 _run_definitions(step["source"], self.given, limit)
             else:
-                self._check()  # (records the names the given cells bound, before the answer runs)
+                self._check(functions=False)  # (records the names the given cells bound, before the answer runs)
                 self._run_answer(step, limit)
                 self._check()
 
@@ -223,6 +244,11 @@ class Answers:
                        f"{type(error).__name__}: {str(error)[:300]}" + _hint(error))
             finally:
                 signal.setitimer(signal.ITIMER_REAL, 0)
+            done = self.refusals()
+            if done:  # whatever the cell defined is not used: a check of it could not see all it does
+                why = f"your answer cell '{step['grade_id']}' {done[0]} when the grader ran it: {audit.WHY} (refused)"
+                for name in step["names"]:
+                    self.answers.pop(name, None)
         for name in step["names"]:
             if name in self.answers:  # (also when its cell failed after defining it, as in the notebook)
                 self.given[name] = self.answers[name]
@@ -231,9 +257,9 @@ class Answers:
                 if step.get("refused"):
                     self.refused.add(name)
 
-    def _check(self) -> None:
+    def _check(self, functions: bool = True) -> None:
         """The tamper guard: anything replaced is put back, and said in every reply from now on."""
-        self.tampered += [name for name in self.guard.check() if name not in self.tampered]
+        self.tampered.extend(name for name in self._guard_check(functions) if name not in self.tampered)
 
     def reply(self, requests: list, limit: float) -> list[dict]:
         """The replies to one test cell's requests, each within ``limit`` seconds."""
@@ -246,6 +272,7 @@ class Answers:
             if target in self.missing and target not in self.answers:
                 replies.append({"error": self.missing[target], "refused": target in self.refused})
                 continue
+            self.refusals()  # (what came before, the instructor's cells, is not this answer's)
             signal.setitimer(signal.ITIMER_REAL, limit)
             try:
                 reply = self._answer(request, self.answers, self.given)
@@ -255,9 +282,13 @@ class Answers:
                 reply = {"error": f"{type(error).__name__}: {str(error)[:300]}"}
             finally:
                 signal.setitimer(signal.ITIMER_REAL, 0)
+            done = self.refusals()
+            if done:  # (even where the answer caught the refusal and went on)
+                reply = {"error": audit.message(done[0])}
             if str(reply.get("error")).startswith("NameError") and target not in self.missing:
                 reply["error"] += f" ({ONLY_ANSWER_CELLS})"
             replies.append(reply)
+            self._check(functions=False)  # before the reply goes back (and all of it after the batch)
         self._check()
         if self.tampered:
             shown = ", ".join(self.tampered[:5]) + (f" and {len(self.tampered) - 5} more" if len(self.tampered) > 5 else "")
