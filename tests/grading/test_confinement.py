@@ -14,6 +14,7 @@ was refused; the same answers, judged in this test's process where nothing is re
 from __future__ import annotations
 
 import json
+import os
 import signal
 import textwrap
 
@@ -21,9 +22,10 @@ import pytest
 import torch
 
 from autograder.grading.running import executor
-from autograder.grading.running.confinement import audit, one_thread
+from autograder.grading.running.confinement import audit, lifetime, one_thread
 from autograder.grading.running.confinement.limits import Limits
 from autograder.grading.running.judging import answer, examinee, referee
+from test_examinee import PATHS
 
 pytestmark = pytest.mark.skipif(not one_thread.enforced(), reason="no libseccomp2: threads cannot be refused here")
 
@@ -142,6 +144,7 @@ TAMPERING = {
                           "tamper.Guard.check"),
 }
 HONEST = ("return grad_output * 3 * x ** 2", None)
+UID = 2_999_999  # a uid no account has
 OPENLY = ("return _by_autograd(x, grad_output)", "backward calls autograd")
 
 
@@ -175,14 +178,25 @@ def judged_in_the_examinee(attacks: dict[str, tuple[str, str | None]]) -> dict[s
         assert answering.end() == []  # nothing it started is left running
 
 
+# Every path to autograd that test_examinee.py pins in this process, with what the profiler sees of it: it sees
+# the same under the seccomp filter (its thread was started before the filter).
+IN_SIGHT = {f"path_{i}": ("\n".join(line.removeprefix(" " * 8) for line in body.split("\n")), seen)
+            for i, (body, seen) in enumerate(PATHS[path] for path in sorted(PATHS))}
+
+
 @pytest.fixture(scope="module")
 def failures() -> dict[str, str | None]:
-    return judged_in_the_examinee({"honest": HONEST, "openly": OPENLY, **ATTACKS})
+    return judged_in_the_examinee({"honest": HONEST, "openly": OPENLY, **IN_SIGHT, **ATTACKS})
 
 
 def test_an_honest_answer_passes_and_autograd_in_backward_fails_as_before(failures):
     assert failures["honest"] is None
     assert "backward calls autograd (autograd ran PowBackward0" in failures["openly"]
+
+
+@pytest.mark.parametrize("name", sorted(IN_SIGHT))
+def test_the_profiler_sees_every_path_to_autograd_under_the_filter(failures, name):
+    assert f"backward calls autograd ({IN_SIGHT[name][1]}" in failures[name], failures[name]
 
 
 @pytest.mark.parametrize("name", sorted(ATTACKS))
@@ -232,3 +246,27 @@ def test_without_the_confinement_the_attacks_would_pass(name):
     assert _judged_here("restores", RESTORE_ON_FIRST_CALL.format(where="__import__('sys').modules["
                                                                        "'autograder.grading.running.judging.autograd_use']"
                                                                        ".Watch")) is None
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="becoming a uid of its own, as the sandbox does, needs root")
+def test_a_process_that_is_not_dumpable_cannot_open_its_own_memory():
+    """What ``lifetime.not_dumpable`` relies on, on this kernel: as the sandbox leaves the examinee (a uid of its
+    own, dumpable), it can open /proc/self/mem; once not dumpable, it cannot."""
+    pid = os.fork()
+    if pid == 0:
+        opened = []
+        try:
+            os.setresgid(UID, UID, UID)
+            os.setresuid(UID, UID, UID)
+            lifetime._prctl(lifetime.PR_SET_DUMPABLE, 1, "dumpable")  # (as sandbox._enter_namespaces leaves it)
+            for _ in range(2):
+                try:
+                    open("/proc/self/mem", "rb").close()
+                    opened.append(True)
+                except PermissionError:
+                    opened.append(False)
+                lifetime.not_dumpable()
+        finally:
+            os._exit({(True, False): 0}.get(tuple(opened), 1))
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

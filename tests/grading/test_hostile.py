@@ -283,6 +283,30 @@ try:
 except ImportError:
     pass
 """
+# Issue 39: a string that becomes code past the scan (a string annotation, a benchmark statement) starts a thread
+# in backward that gets the gradient from autograd (torch.func.vjp, which the notebook's own check does not see),
+# where the examinee's profiler would not see it either.
+IN_A_THREAD = """
+out = []
+def _work():
+    out.append(torch.func.vjp(lambda t: t ** 3, x)[1](grad_output)[0])
+worker = threading.Thread(target=_work)
+worker.start()
+worker.join()
+return out[0]
+"""
+THREADING_BY_ANNOTATION = """
+import typing
+def _modules(threading: "__import__('threading')"):
+    pass
+threading = typing.get_type_hints(_modules)["threading"]
+""" + IN_A_THREAD
+THREADING_BY_TIMER = """
+import torch.utils.benchmark
+found = {}
+torch.utils.benchmark.Timer(stmt="found['threading'] = __import__('threading')", globals={"found": found}).timeit(1)
+threading = found["threading"]
+""" + IN_A_THREAD
 SAVES_INPUT = ("result = x.sqrt()\n        ctx.save_for_backward(result)", "result = x.sqrt()\n        ctx.save_for_backward(x)",
                "(result,) = ctx.saved_tensors", "(x,) = ctx.saved_tensors\n        result = x.sqrt()")
 NET_WITHOUT_POLY = ("return PolyFunction.apply(x1, x2)", "return x1 ** 3 + x2 ** 2")
@@ -302,6 +326,8 @@ def issue_32_submissions(notebooks: Notebooks, wrong: dict) -> dict[str, dict]:
         "forges_graph_names": ({"net": notebooks.edit("net", *NET_WITHOUT_POLY)}, {"net": FORGE_GRAPH}),
         "run_backward_in_backward": ({"cube": notebooks.in_backward("cube", ENGINE)}, {}),
         "grad_in_backward": ({"cube": notebooks.in_backward("cube", GRAD)}, {}),
+        "threading_by_annotation": ({"cube": notebooks.in_backward("cube", THREADING_BY_ANNOTATION)}, {}),
+        "threading_by_timer": ({"cube": notebooks.in_backward("cube", THREADING_BY_TIMER)}, {}),
         "fixes_it_in_a_later_cell": ({"cube": wrong["cube"]}, {"cube": (
             "class _Right(torch.autograd.Function):\n" + right["cube"].split("\n", 1)[1] +
             "\nCube.forward, Cube.backward = _Right.forward, _Right.backward\n")}),
@@ -324,7 +350,8 @@ def issue_32_submissions(notebooks: Notebooks, wrong: dict) -> dict[str, dict]:
 # The most each attack of issue 32 may score: its untampered student's score.
 ISSUE_32 = {"forges_the_answers": "wrong_cube", "forges_saved_records": "saves_input",
             "forges_graph_names": "net_without_poly", "run_backward_in_backward": "grad_in_backward",
-            "fixes_it_in_a_later_cell": "wrong_cube", "reads_instructors_files": "blank"}
+            "fixes_it_in_a_later_cell": "wrong_cube", "reads_instructors_files": "blank",
+            "threading_by_annotation": "grad_in_backward", "threading_by_timer": "grad_in_backward"}
 
 
 # Which wrong answer each attack is added to; its untampered score is the most it may get.
@@ -665,3 +692,12 @@ def test_an_answer_is_judged_as_its_answer_cell_defines_it(run):
                                                         "test_cube_forward")
     helper = outputs_of(autograded(run.course_obj, "helper_outside_the_answer"), "test_cube_backward")
     assert "NameError: name 'slope' is not defined" in helper and "runs only the notebook's given cells and your answer cells" in helper
+
+
+def test_a_string_made_into_code_past_the_scan_is_refused_in_the_examinee(run):
+    # Issue 39: both pass the answer scan; the examinee's audit hook refuses the string's compilation, so backward
+    # never reaches its thread (which seccomp would refuse anyway), and the check says so.
+    for student in ("threading_by_annotation", "threading_by_timer"):
+        shown = outputs_of(autograded(run.course_obj, student), "test_cube_backward")
+        assert "your code turned a string into code (compile)" in shown, shown
+        assert float(run.rows[student]["score"]) == MAX_SCORE - POINTS["test_cube_backward"], run.rows[student]

@@ -145,7 +145,7 @@ def install(trusted: tuple[str, ...], checkpoint=None):
         return True
 
     def hook(event: str, args: tuple) -> None:
-        if busy[0] or event in ALWAYS_ALLOWED or (event == "object.__getattr__" and args[1] not in FRAME_ATTRIBUTES):
+        if event in ALWAYS_ALLOWED or busy[0] or (event == "object.__getattr__" and args[1] not in FRAME_ATTRIBUTES):
             return
         busy[0] = True
         try:

@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import errno
 
+import threadpoolctl  # (here: the forkserver imports this module once, ~6 ms a notebook otherwise)
+
 try:
     import pyseccomp as seccomp
 except (ImportError, OSError, RuntimeError):  # no libseccomp: nothing can be refused (describe says so)
@@ -56,7 +58,6 @@ def describe() -> str:
 
 def prepare() -> None:
     """Make now what the examinee's own work needs a thread for, and have torch.compile need no process."""
-    import threadpoolctl
     import torch
     import torch._inductor.config
     import tqdm

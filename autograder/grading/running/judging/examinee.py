@@ -12,11 +12,15 @@ the same way (with a uid of its own), that runs only
 - the student's answer cells (the submission's cells that match the source's solution cells by nbgrader
   grade id, else by cell id), each only if the scan finds nothing it refuses (``scan``),
 
-in notebook order, and then answers (``answer``). The student's other cells never run here. The
-answering code, the checker functions and the torch functions they use were bound when the warm
-process imported them, before any student code ran; after every cell and every batch of questions the
-tamper guard (``tamper``, which watches these modules too) looks for anything replaced, puts it back,
-and from then on every reply fails with "tampering found". The given cells run in a namespace of their
+in notebook order, and then answers (``answer``). The student's other cells never run here. Before the
+first cell it is confined: no thread or process can start (``confinement.one_thread``, seccomp), and
+audit hooks refuse what answers never need (``confinement.audit``: frames, the garbage collector's
+objects, strings made into code, ctypes, files); a check during which an answer was refused fails, saying
+what was refused. The answering code, the checker functions and the torch functions they use were bound
+when the warm process imported them, before any student code ran; after every answer cell, before every
+reply, after every batch of questions and at the answering code's checkpoints the tamper guard
+(``tamper``, which watches these modules too) looks for anything replaced, puts it back, and from then
+on every reply fails with "tampering found". The given cells run in a namespace of their
 own as well, into which only the names the solution defines are copied from the answers: a harness
 runs with the instructor's helpers, whatever the answers define.
 
@@ -227,9 +231,9 @@ class Answers:
             elif step["kind"] == "test":
                 _run_definitions(step["source"], self.given, limit)
             else:
-                self._check(functions=False)  # (records the names the given cells bound, before the answer runs)
+                self._check()  # (records the names the given cells bound, before the answer runs)
                 self._run_answer(step, limit)
-                self._check()
+                self._check(functions=True)
 
     def _run_answer(self, step: dict, limit: float) -> None:
         why = step["why"]
@@ -257,8 +261,10 @@ class Answers:
                 if step.get("refused"):
                     self.refused.add(name)
 
-    def _check(self, functions: bool = True) -> None:
-        """The tamper guard: anything replaced is put back, and said in every reply from now on."""
+    def _check(self, functions: bool = False) -> None:
+        """The tamper guard: anything replaced is put back, and said in every reply from now on. Which code and
+        defaults the functions have is compared after each answer cell only (``Guard.check``): in the examinee the
+        audit hook refuses replacing them as it happens, and each comparison costs ~2,000 audit events."""
         self.tampered.extend(name for name in self._guard_check(functions) if name not in self.tampered)
 
     def reply(self, requests: list, limit: float) -> list[dict]:
@@ -288,7 +294,7 @@ class Answers:
             if str(reply.get("error")).startswith("NameError") and target not in self.missing:
                 reply["error"] += f" ({ONLY_ANSWER_CELLS})"
             replies.append(reply)
-            self._check(functions=False)  # before the reply goes back (and all of it after the batch)
+            self._check()  # before the reply goes back, and after the batch
         self._check()
         if self.tampered:
             shown = ", ".join(self.tampered[:5]) + (f" and {len(self.tampered) - 5} more" if len(self.tampered) > 5 else "")

@@ -88,7 +88,7 @@ def _resolve(dotted: str):
 
 def _function_state(function: types.FunctionType) -> tuple:
     """What a function does: its code and defaults (``f.__code__ = ...`` keeps f's identity)."""
-    return function.__code__, function.__defaults__, dict(function.__kwdefaults__ or {})
+    return function.__code__, function.__defaults__, function.__kwdefaults__
 
 
 def _same(a, b) -> bool:
@@ -129,10 +129,13 @@ class Guard:
         # And each namespace's names and genuine objects as tuples, compared at C speed first (``check``).
         self.namespaces = tuple((label, owner, saved, is_class, tuple(saved), tuple(saved.values()))
                                 for label, owner, saved, is_class in self.namespaces)
-        # The checker's own lists and dicts (its table of torch error messages).
+        # The checker's own lists and dicts (its table of torch error messages), and the functions' keyword defaults
+        # (a dict, changed in place without any audit event).
         self.containers = {f"{module}.{k}": (v, type(v)(v)) for module in CHECKER_MODULES
                            for k, v in vars(_resolve(module)).items()
                            if type(v) in (list, dict) and not k.startswith("__")}
+        self.containers.update({f"{f.__module__}.{f.__qualname__}'s keyword defaults": (kwdefaults, dict(kwdefaults))
+                                for f, (_, _, kwdefaults) in self.functions.items() if kwdefaults})
         self.bound: set[str] = set()
         self.instances: list[tuple[object, dict]] = []  # (an object the examinee relies on, its attributes)
 
@@ -143,9 +146,9 @@ class Guard:
     def check(self, functions: bool = True) -> list[str]:
         """Put back every genuine object that was replaced; return what was replaced (empty: nothing).
 
-        Without ``functions``, the code and defaults of the functions are not compared: each read of them raises
-        an audit event (~2,000 a check), which in the examinee, whose audit hook refuses a change of a function's
-        code or defaults as it happens (``autograder.grading.running.confinement.audit``), cost ~5 ms a check."""
+        Without ``functions``, which functions' code and defaults are is not compared (their keyword defaults' contents
+        are): each read raises an audit event (~2,000 a check), and the examinee's audit hook refuses replacing a
+        function's code or defaults as it happens (``autograder.grading.running.confinement.audit``)."""
         replaced = []
         for instance, saved in self.instances:
             current = vars(instance)
@@ -170,12 +173,10 @@ class Guard:
                     replaced.append(f"{label}.{name}")
                     delattr(owner, name)
         for function, (code, defaults, kwdefaults) in self.functions.items() if functions else ():
-            current = function.__kwdefaults__  # None for most: then no dicts to compare
             if (function.__code__ is not code or function.__defaults__ is not defaults
-                    or ((current or kwdefaults) and not _same(current or {}, kwdefaults))):
+                    or function.__kwdefaults__ is not kwdefaults):
                 replaced.append(f"{function.__module__}.{function.__qualname__}")
-                function.__code__, function.__defaults__ = code, defaults
-                function.__kwdefaults__ = dict(kwdefaults) or None
+                function.__code__, function.__defaults__, function.__kwdefaults__ = code, defaults, kwdefaults
         for name, (container, contents) in self.containers.items():
             if not _same(container, contents):
                 replaced.append(name)
