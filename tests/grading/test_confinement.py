@@ -113,6 +113,11 @@ ATTACKS = {
     "traceback_frames": (FIND_WATCH_IN_FRAMES.format(frame="_raised().__traceback__.tb_frame")
                          + RESTORE_ON_FIRST_CALL.format(where="frame.f_globals['Watch']"),
                          "reached a frame or a function's code"),
+    "signal_handler": (FIND_WATCH_IN_FRAMES.format(frame="_interrupted()")
+                       .replace("frame = _interrupted()", "import signal\ncaught = []\n"
+                                "signal.signal(signal.SIGUSR1, lambda signum, frame: caught.append(frame))\n"
+                                "signal.raise_signal(signal.SIGUSR1)\nframe = caught[0]")
+                       + RESTORE_ON_FIRST_CALL.format(where="frame.f_globals['Watch']"), "set a signal handler"),
     "garbage_collector": ("import gc\n_watches = [o for o in gc.get_objects() if type(o).__name__ == 'Watch']\n"
                           + RESTORE_ON_FIRST_CALL.format(where="type(_watches[0])"),
                           "walked the garbage collector's objects"),
@@ -120,7 +125,7 @@ ATTACKS = {
              "turned a string into code"),
     "string_annotation": ("import typing\ndef _hint(a: 'grad_output * 3 * x ** 2'):\n    pass\n"
                           "return typing.get_type_hints(_hint, localns={'x': x, 'grad_output': grad_output})['a']",
-                          "turned a string into code"),
+                          "ran a string or a code object as code"),
     "benchmark_timer": ("import torch.utils.benchmark\nscope = {'x': x, 'g': grad_output, 'out': []}\n"
                         "torch.utils.benchmark.Timer(stmt='out.append(g * 3 * x ** 2)', globals=scope).timeit(1)\n"
                         "return scope['out'][0]", "turned a string into code"),
@@ -144,6 +149,34 @@ TAMPERING = {
                           "tamper.Guard.check"),
 }
 HONEST = ("return grad_output * 3 * x ** 2", None)
+# Honest answers written the ways plain Python and published code write them: what the standard library does for
+# them (postponed annotations, a dataclass's code, a namedtuple's, TypeVar's and Enum's caller, a warning),
+# numpy's BLAS on a large
+# product, and torch.compile with its default backend, all inside the examinee's confinement.
+PLAIN_PYTHON = ("""from __future__ import annotations
+import collections, dataclasses, enum, functools, math, typing, warnings
+import numpy
+T = typing.TypeVar("T")
+Slope = collections.namedtuple("Slope", "factor power")
+class Pair(typing.NamedTuple):
+    first: int
+    second: int
+class Mode(enum.Enum):
+    EXACT = 1
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    slope: Slope
+    mode: Mode = Mode.EXACT
+@functools.lru_cache(maxsize=None)
+def rule() -> Rule:
+    return Rule(Slope(3, 2))
+product = numpy.ones((400, 400)) @ numpy.ones((400, 400))
+cube = torch.compile(lambda t: t * t * t)
+BACKWARD
+warnings.warn("a warning in backward")
+assert Pair(1, 2).second == 2 and math.isclose(product[0, 0], 400.0) and torch.allclose(cube(x), x ** 3)
+return grad_output * rule().slope.factor * x ** rule().slope.power
+""", None)
 UID = 2_999_999  # a uid no account has
 OPENLY = ("return _by_autograd(x, grad_output)", "backward calls autograd")
 
@@ -151,7 +184,8 @@ OPENLY = ("return _by_autograd(x, grad_output)", "backward calls autograd")
 def _cell(name: str, code: str) -> str:
     """The answer cell of attack ``name``: its Function, with ``code`` as backward (or around it: ``BACKWARD``)."""
     before, _, body = code.rpartition("BACKWARD\n") if "BACKWARD\n" in code else ("", "", code)
-    return BY_AUTOGRAD + before + FUNCTION.format(name=name, body=textwrap.indent(body, " " * 8))
+    _, future, before = before.rpartition("from __future__ import annotations\n")  # (first, where there is one)
+    return future + BY_AUTOGRAD + before + FUNCTION.format(name=name, body=textwrap.indent(body, " " * 8))
 
 
 def _trusted(names: list[str]) -> dict:
@@ -186,11 +220,12 @@ IN_SIGHT = {f"path_{i}": ("\n".join(line.removeprefix(" " * 8) for line in body.
 
 @pytest.fixture(scope="module")
 def failures() -> dict[str, str | None]:
-    return judged_in_the_examinee({"honest": HONEST, "openly": OPENLY, **IN_SIGHT, **ATTACKS})
+    return judged_in_the_examinee({"honest": HONEST, "plain_python": PLAIN_PYTHON, "openly": OPENLY, **IN_SIGHT,
+                                   **ATTACKS})
 
 
 def test_an_honest_answer_passes_and_autograd_in_backward_fails_as_before(failures):
-    assert failures["honest"] is None
+    assert failures["honest"] is None and failures["plain_python"] is None
     assert "backward calls autograd (autograd ran PowBackward0" in failures["openly"]
 
 
@@ -233,7 +268,8 @@ def _judged_here(name: str, code: str) -> str | None:
 
 # (The attacks that start a process are left out here: forking this test process, with its threads, is unsafe.)
 @pytest.mark.parametrize("name", ["thread", "thread_pool", "timer", "raw_thread", "frames", "traceback_frames",
-                                  "garbage_collector", "exec", "string_annotation", "benchmark_timer"])
+                                  "signal_handler", "garbage_collector", "exec", "string_annotation",
+                                  "benchmark_timer"])
 def test_without_the_confinement_the_attacks_would_pass(name):
     from autograder.grading.running.judging import autograd_use
 

@@ -695,9 +695,10 @@ def test_an_answer_is_judged_as_its_answer_cell_defines_it(run):
 
 
 def test_a_string_made_into_code_past_the_scan_is_refused_in_the_examinee(run):
-    # Issue 39: both pass the answer scan; the examinee's audit hook refuses the string's compilation, so backward
-    # never reaches its thread (which seccomp would refuse anyway), and the check says so.
-    for student in ("threading_by_annotation", "threading_by_timer"):
+    # Issue 39: both pass the answer scan; the examinee's audit hook refuses running the annotation and compiling
+    # the statement, so backward never reaches its thread (which seccomp would refuse anyway), and the check says so.
+    for student, says in (("threading_by_annotation", "your code ran a string or a code object as code (exec)"),
+                          ("threading_by_timer", "your code turned a string into code (compile)")):
         shown = outputs_of(autograded(run.course_obj, student), "test_cube_backward")
-        assert "your code turned a string into code (compile)" in shown, shown
+        assert says in shown, shown
         assert float(run.rows[student]["score"]) == MAX_SCORE - POINTS["test_cube_backward"], run.rows[student]

@@ -63,6 +63,7 @@ from autograder import (  # noqa: F401  (the checker, as the notebooks import it
     check_callable, check_forward, check_function, check_kernel, check_saved, check_values, check_with, draw_graph,
 )
 import autograder.student.checker.messages  # noqa: F401  (NOT_DONE, for an exercise left as released)
+import autograder.grading.running.confinement.one_thread
 import autograder.grading.running.kernel
 try:  # what 10's notebooks import (~0.3 s), once here; triton installs on Linux x86-64 only
     import triton.language  # noqa: F401
@@ -82,6 +83,8 @@ except ImportError:  # (no tqdm: torch.hub's stand-in takes no lock)
     pass
 else:
     tqdm.tqdm.set_lock(threading.RLock())
+# The thread pools of the libraries loaded (numpy's BLAS), found once here: each examinee sizes them to its one thread.
+autograder.grading.running.confinement.one_thread.find_pools()
 # The tamper guard's record of the genuine objects, taken once here, where no student code has run (kept by the
 # tamper module alone: the examinee takes it from there, out of its answers' reach).
 autograder.grading.running.judging.tamper.genuine()

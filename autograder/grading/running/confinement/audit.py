@@ -39,7 +39,8 @@ code keeps an answer from handing torch a string to run.
 Whoever starts a thread or a process, trusted or not, is refused (``os.fork``, ``subprocess.Popen``,
 ``os.posix_spawn``, ``os.system``, ``os.exec*``; threads through ``_thread`` and processes through
 ``_posixsubprocess``, which raise no event of their own, so their functions are replaced): what the kernel
-refuses anyway (``one_thread``) is said in words.
+refuses anyway (``one_thread``) is said in words. So is setting a signal handler, which raises no event
+either and is handed the frame it interrupts (the examinee has set its own, for its time limit, before).
 
 Each refusal raises ``Refused`` where it happened and is recorded; ``install`` returns the function that
 hands over (and clears) the record. Only the examinee holds that function, and the record lives in the
@@ -61,18 +62,19 @@ ALWAYS_ALLOWED = frozenset({"import", "builtins.id"})
 CHECKPOINT = "autograder.checkpoint"
 # Of the attributes whose reading raises "object.__getattr__", those that hand out a frame (a code object alone runs
 # nothing: making a function of it, or running it, is refused).
-FRAME_ATTRIBUTES = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_back"})
+FRAME_ATTRIBUTES = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame"})
 STARTS = {"os.fork": "process", "os.forkpty": "process", "os.posix_spawn": "process", "os.spawn": "process",
           "os.system": "process", "os.exec": "process", "subprocess.Popen": "process", "pty.spawn": "process"}
 # Standard modules allowed these events from their own frames: code they build from identifiers they check
-# (a dataclass's __init__, a namedtuple's __new__), and their caller's module name (sys._getframe(1).f_globals).
+# (a dataclass's __init__, a namedtuple's __new__), their caller's module name (sys._getframe(1).f_globals), and
+# typing's compiling a string annotation into a ForwardRef (running it, in get_type_hints, is "exec": refused).
 STANDARD_ALLOWED = {dataclasses: {"compile", "exec", "object.__setattr__", "sys._getframe"},
                     collections: {"compile", "exec", "object.__setattr__", "sys._getframe"},
-                    typing: {"sys._getframe", "object.__setattr__"}, enum: {"sys._getframe"}}
+                    typing: {"compile", "sys._getframe", "object.__setattr__"}, enum: {"sys._getframe"}}
 WHAT = {"sys._getframe": "looked at the interpreter's frames", "sys._current_frames": "looked at the interpreter's frames",
         "sys.settrace": "traced the interpreter's frames", "sys.setprofile": "traced the interpreter's frames",
         "object.__getattr__": "reached a frame or a function's code", "object.__setattr__": "changed a function's "
-        "code or defaults, or an object's class", "compile": "turned a string into code", "exec": "ran code it made",
+        "code or defaults, or an object's class", "compile": "turned a string into code", "exec": "ran a string or a code object as code",
         "code.__new__": "made a code object", "function.__new__": "made a function from a code object",
         "marshal.loads": "turned data into code", "pickle.find_class": "unpickled data", "open": "opened a file",
         "sys.addaudithook": "added an audit hook"}
@@ -133,7 +135,7 @@ def install(trusted: tuple[str, ...], checkpoint=None):
         return found
 
     def decided_by_answer(event: str) -> bool:
-        frame = getframe(2)  # (1: the hook)
+        frame = getframe(1).f_back  # (1: the hook; its caller, none where C raised the event with no Python frame)
         while frame is not None:
             filename = frame.f_code.co_filename
             found = kind(filename)
@@ -173,12 +175,14 @@ def install(trusted: tuple[str, ...], checkpoint=None):
         return found
 
     import _posixsubprocess
+    import _signal
     import _thread
     import threading
 
     sys.addaudithook(hook)
     _thread.start_new_thread = _thread.start_new = threading._start_new_thread = refuse("started a thread")
     _posixsubprocess.fork_exec = refuse("started a process")  # (multiprocessing's helpers raise no event first)
+    _signal.signal = refuse("set a signal handler (a handler is handed the frame it interrupts)")
     return taken
 
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import errno
 
-import threadpoolctl  # (here: the forkserver imports this module once, ~6 ms a notebook otherwise)
+import threadpoolctl
 
 try:
     import pyseccomp as seccomp
@@ -39,6 +39,13 @@ except (ImportError, OSError, RuntimeError):  # no libseccomp: nothing can be re
     seccomp = None
 
 STARTS = ("clone", "clone3", "fork", "vfork")
+_POOLS: list = []  # the thread pools of the libraries loaded (threadpoolctl), found once in the warm process
+
+
+def find_pools() -> None:
+    """Find the thread pools of the libraries loaded now (numpy's BLAS): the warm process does, once (~5 ms that
+    each examinee would spend otherwise)."""
+    _POOLS[:] = [threadpoolctl.ThreadpoolController()]
 
 
 def enforced() -> bool:
@@ -63,7 +70,7 @@ def prepare() -> None:
     import tqdm
 
     torch.set_num_threads(1)
-    threadpoolctl.threadpool_limits(1)
+    (_POOLS or [threadpoolctl.ThreadpoolController()])[0].limit(limits=1)
     tqdm.tqdm.monitor_interval = 0
     torch._inductor.config.fallback_by_default = True
     torch._inductor.config.compile_threads = 1

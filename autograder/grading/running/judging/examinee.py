@@ -203,14 +203,17 @@ def _on_alarm(signum, frame):
 class Answers:
     """The given and answer cells, run in order; the replies to the referee's requests about them."""
 
-    def __init__(self, steps: list[dict], limit: float, guard, refusals=list, tampered: list | None = None) -> None:
-        """``refusals()``: what the examinee's audit hook refused since its last call (``confinement.audit``);
-        ``tampered``: what the tamper guard found (also at the answering code's checkpoints), said in every reply."""
+    def __init__(self, steps: list[dict], limit: float, guard, refusals=None, tampered: list | None = None) -> None:
+        """``refusals()``: what the examinee's audit hook refused since its last call (``confinement.audit``; None:
+        no hook); ``tampered``: what the tamper guard found (also at the answering code's checkpoints), said in
+        every reply."""
         # The answering code, bound before any answer runs (here, not on import: the grader's own process
         # imports this module and must not import torch).
         from autograder.grading.running.judging.answer import answer
 
-        self._answer, self.refusals = answer, refusals
+        # Without the audit hook, which refuses replacing a function's code or defaults as it happens, the guard
+        # compares them after each answer cell (~2,000 audit events a comparison, where a hook sees them).
+        self._answer, self.refusals, self.functions = answer, refusals or list, refusals is None
         self.given, self.answers = _namespace("autograder_examinee_given"), _namespace("autograder_examinee_answers")
         self.missing: dict[str, str] = {}  # a name the solution defines -> why the answers do not define it
         self.refused: set[str] = set()  # the names of answer cells the scan refused: said even where the cell failed
@@ -220,7 +223,7 @@ class Answers:
         guard.watch(guard)  # (the guard's own attributes and the examinee's, as a class's)
         guard.watch(self)
         for step in steps:
-            refusals()  # (what the instructor's cells did is not held against an answer)
+            self.refusals()  # (what the instructor's cells did is not held against an answer)
             if step["kind"] == "given" and step.get("setup"):
                 _run_whole(step["source"], self.given, limit)
                 self.answers.update({k: v for k, v in self.given.items()
@@ -233,7 +236,7 @@ class Answers:
             else:
                 self._check()  # (records the names the given cells bound, before the answer runs)
                 self._run_answer(step, limit)
-                self._check(functions=True)
+                self._check(self.functions)
 
     def _run_answer(self, step: dict, limit: float) -> None:
         why = step["why"]
@@ -262,9 +265,8 @@ class Answers:
                     self.refused.add(name)
 
     def _check(self, functions: bool = False) -> None:
-        """The tamper guard: anything replaced is put back, and said in every reply from now on. Which code and
-        defaults the functions have is compared after each answer cell only (``Guard.check``): in the examinee the
-        audit hook refuses replacing them as it happens, and each comparison costs ~2,000 audit events."""
+        """The tamper guard: anything replaced is put back, and said in every reply from now on (which code and
+        defaults the functions have: only with ``functions``)."""
         self.tampered.extend(name for name in self._guard_check(functions) if name not in self.tampered)
 
     def reply(self, requests: list, limit: float) -> list[dict]:
@@ -313,13 +315,14 @@ def _namespace(name: str) -> dict:
 
 def _compiled(source: str, filename: str):
     """A cell's code; IPython's syntax (magics) as IPython turns it into Python; its own SyntaxError if neither.
-    Its lines go to linecache, so that an error in it names the student's line, as in the notebook."""
+    Its lines go to linecache, so that an error in it names the student's line, as in the notebook. It is
+    compiled as the notebook compiles it, without this module's ``from __future__ import annotations``."""
     try:
-        code = compile(source, filename, "exec")
+        code = compile(source, filename, "exec", dont_inherit=True)
     except SyntaxError as error:
         try:
             source = ipython_python(source)
-            code = compile(source, filename, "exec")
+            code = compile(source, filename, "exec", dont_inherit=True)
         except SyntaxError:
             raise error from None
     linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
@@ -344,7 +347,7 @@ def _run_definitions(source: str, namespace: dict, limit: float) -> None:
             continue
         try:
             signal.setitimer(signal.ITIMER_REAL, limit)
-            exec(compile(ast.Module([statement], []), "<given>", "exec"), namespace)
+            exec(compile(ast.Module([statement], []), "<given>", "exec", dont_inherit=True), namespace)
         except BaseException:  # noqa: BLE001 (what fails here is missing later, and said where it is used)
             pass
         finally:

@@ -92,11 +92,10 @@ def _function_state(function: types.FunctionType) -> tuple:
 
 
 def _same(a, b) -> bool:
-    """Whether two lists or dicts hold the very same objects (never calls student code's ``==``)."""
+    """Whether two lists or dicts hold the very same objects (never calls student code's ``==``), at C speed."""
     if isinstance(a, dict):
-        a, b = list(a.items()), list(b.items())
-        return len(a) == len(b) and all(x[0] is y[0] and x[1] is y[1] for x, y in zip(a, b))
-    return len(a) == len(b) and all(x is y for x, y in zip(a, b))
+        return len(a) == len(b) and all(map(is_, a, b)) and all(map(is_, a.values(), b.values()))
+    return len(a) == len(b) and all(map(is_, a, b))
 
 
 class Guard:
