@@ -284,12 +284,12 @@ except ImportError:
     pass
 """
 # Issue 39: a string that becomes code past the scan (a string annotation, a benchmark statement) starts a thread
-# in backward that gets the gradient from autograd (torch.func.vjp, which the notebook's own check does not see),
-# where the examinee's profiler would not see it either.
+# in backward that gets the gradient from forward-mode AD (which the notebook's own check does not see), where
+# the examinee's profiler would not see it either.
 IN_A_THREAD = """
 out = []
 def _work():
-    out.append(torch.func.vjp(lambda t: t ** 3, x)[1](grad_output)[0])
+    out.append(grad_output * torch.func.jvp(lambda t: t ** 3, (x,), (torch.ones_like(x),))[1])
 worker = threading.Thread(target=_work)
 worker.start()
 worker.join()

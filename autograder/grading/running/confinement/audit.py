@@ -13,7 +13,8 @@ answer's code does itself:
   event ``object.__getattr__``), and changing a function's code or defaults or an object's class;
 - the garbage collector's walks (``gc.get_objects``, ``gc.get_referrers``, ``gc.get_referents``);
 - strings or data made into code (``compile``, ``exec``, ``eval``, ``code.__new__``, ``function.__new__``,
-  ``marshal.loads``, ``pickle.find_class``), ``ctypes``, opening files, ``os`` calls, another audit hook;
+  ``marshal.loads``, ``pickle.find_class``), ``ctypes``, opening files once the answers are bound (after the
+  answer cells: ``BOUND``), ``os`` calls, another audit hook;
 - in fact every event but ``ALWAYS_ALLOWED`` (an import: which modules an answer names is the scan's to
   decide; ``id()``): what answers may do is a list of what is allowed.
 
@@ -60,6 +61,9 @@ ALWAYS_ALLOWED = frozenset({"import", "builtins.id"})
 # Raised by the answering code (``sys.audit(CHECKPOINT)``, bound when it was imported) where an answer's code has
 # returned and the grader is about to read what it measured: the examinee's tamper guard looks there.
 CHECKPOINT = "autograder.checkpoint"
+# Raised by the examinee once the answer cells have run: from then on an answer may not open a file (an answer cell
+# may, as in the notebook: it writes only into the examinee's own empty folder).
+BOUND = "autograder.answers_bound"
 # Of the attributes whose reading raises "object.__getattr__", those that hand out a frame (a code object alone runs
 # nothing: making a function of it, or running it, is refused).
 FRAME_ATTRIBUTES = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame"})
@@ -71,10 +75,10 @@ STARTS = {"os.fork": "process", "os.forkpty": "process", "os.posix_spawn": "proc
 STANDARD_ALLOWED = {dataclasses: {"compile", "exec", "object.__setattr__", "sys._getframe"},
                     collections: {"compile", "exec", "object.__setattr__", "sys._getframe"},
                     typing: {"compile", "sys._getframe", "object.__setattr__"}, enum: {"sys._getframe"}}
-WHAT = {"sys._getframe": "looked at the interpreter's frames", "sys._current_frames": "looked at the interpreter's frames",
-        "sys.settrace": "traced the interpreter's frames", "sys.setprofile": "traced the interpreter's frames",
-        "object.__getattr__": "reached a frame or a function's code", "object.__setattr__": "changed a function's "
-        "code or defaults, or an object's class", "compile": "turned a string into code", "exec": "ran a string or a code object as code",
+WHAT = {"sys._getframe": "looked at the interpreter's frames", "sys._current_frames": "looked at the interpreter's "
+        "frames", "sys.settrace": "traced the interpreter's frames", "sys.setprofile": "traced the interpreter's frames",
+        "object.__getattr__": "reached a frame", "object.__setattr__": "changed a function's code or defaults, or an "
+        "object's class", "compile": "turned a string into code", "exec": "ran a string or a code object as code",
         "code.__new__": "made a code object", "function.__new__": "made a function from a code object",
         "marshal.loads": "turned data into code", "pickle.find_class": "unpickled data", "open": "opened a file",
         "sys.addaudithook": "added an audit hook"}
@@ -115,22 +119,30 @@ def message(done: str) -> str:
 def install(trusted: tuple[str, ...], checkpoint=None):
     """Add the hook; ``trusted``: the folders whose code decides for itself (the grader's package, torch,
     triton); ``checkpoint()`` runs at each event ``CHECKPOINT``. Return ``taken``: ``taken()`` is what was refused
-    since its last call (``what``'s words), in order."""
+    since its last call (``what``'s words), in order.
+
+    The hook looks nothing up in this module when it runs: what it uses is bound here, in its closure, so code
+    that reached the module and rebound its names (``ALWAYS_ALLOWED``) would change nothing the hook does."""
     refused: list[str] = []
     kinds: dict[str, str] = {name: TRUSTED for name in IMPORT_SYSTEM}
     trusted = tuple(p.rstrip("/") + "/" for p in trusted)
     allowed_here = {module.__file__: events for module, events in STANDARD_ALLOWED.items()}
     busy = [False]
-    getframe, is_str, starts_with = sys._getframe, str, str.startswith
+    getframe, is_str, starts_with, says, refusal = sys._getframe, str, str.startswith, what, message
+    always, frames, starts, checkpoint_event, bound_event = ALWAYS_ALLOWED, FRAME_ATTRIBUTES, STARTS, CHECKPOINT, BOUND
+    bound = [False]
+    answer, given, not_trusted, library, trusted_kind, answer_kind = (ANSWER_FILES, GIVEN_FILES, NOT_TRUSTED,
+                                                                     LIBRARY, TRUSTED, ANSWER)
+    error = Refused
 
     def kind(filename) -> str:
         if type(filename) is not is_str:
-            return ANSWER
+            return answer_kind
         found = kinds.get(filename)
         if found is None:
-            found = (ANSWER if starts_with(filename, ANSWER_FILES) else
-                     TRUSTED if (starts_with(filename, trusted) and not any(part in filename for part in NOT_TRUSTED)
-                                 or starts_with(filename, GIVEN_FILES)) else LIBRARY)
+            found = (answer_kind if starts_with(filename, answer) else
+                     trusted_kind if (starts_with(filename, trusted) and not any(p in filename for p in not_trusted)
+                                      or starts_with(filename, given)) else library)
             kinds[filename] = found
         return found
 
@@ -139,35 +151,37 @@ def install(trusted: tuple[str, ...], checkpoint=None):
         while frame is not None:
             filename = frame.f_code.co_filename
             found = kind(filename)
-            if found == LIBRARY and event in allowed_here.get(filename, ()):
+            if found == library and event in allowed_here.get(filename, ()):
                 return False
-            if found != LIBRARY:
-                return found == ANSWER
+            if found != library:
+                return found == answer_kind
             frame = frame.f_back
         return True
 
+    def refuse(done: str):
+        refused.append(done)
+        raise error(refusal(done))
+
     def hook(event: str, args: tuple) -> None:
-        if event in ALWAYS_ALLOWED or busy[0] or (event == "object.__getattr__" and args[1] not in FRAME_ATTRIBUTES):
+        if event in always or busy[0] or (event == "object.__getattr__" and args[1] not in frames):
             return
         busy[0] = True
         try:
-            if event == CHECKPOINT:
+            if event == checkpoint_event:
                 if checkpoint is not None:
                     checkpoint()
                 return
-            refuse = event in STARTS or decided_by_answer(event)
+            if event == bound_event:  # (raised by an answer, it only refuses files earlier)
+                bound[0] = True
+                return
+            refused_here = event in starts or ((bound[0] or event != "open") and decided_by_answer(event))
         finally:
             busy[0] = False
-        if refuse:
-            done = what(event)
-            refused.append(done)
-            raise Refused(message(done))
+        if refused_here:
+            refuse(says(event))
 
-    def refuse(done: str):
-        def refused_start(*args, **kwargs):
-            refused.append(done)
-            raise Refused(message(done))
-        return refused_start
+    def refusing(done: str):
+        return lambda *args, **kwargs: refuse(done)
 
     def taken() -> list[str]:
         found = list(refused)
@@ -180,9 +194,9 @@ def install(trusted: tuple[str, ...], checkpoint=None):
     import threading
 
     sys.addaudithook(hook)
-    _thread.start_new_thread = _thread.start_new = threading._start_new_thread = refuse("started a thread")
-    _posixsubprocess.fork_exec = refuse("started a process")  # (multiprocessing's helpers raise no event first)
-    _signal.signal = refuse("set a signal handler (a handler is handed the frame it interrupts)")
+    _thread.start_new_thread = _thread.start_new = threading._start_new_thread = refusing("started a thread")
+    _posixsubprocess.fork_exec = refusing("started a process")  # (multiprocessing's helpers raise no event first)
+    _signal.signal = refusing("set a signal handler (a handler is handed the frame it interrupts)")
     return taken
 
 

@@ -12,8 +12,9 @@ metaclass of its own, its graph node the one torch made for it). The tamper guar
 watches this module's names and its functions' code (``autograder.grading.running.judging.tamper``), and in the
 examinee it also looks at each checkpoint (``CHECKPOINT``): where an answer's code has returned and before
 anything it did is read. So code that replaces what the grader then calls (``Watch.found``), and would put it
-back on that first call, is found before it is called. The checkpoint is ``sys.audit``, bound as a default
-argument (a tuple no code can change in place; replacing it is refused by the examinee's audit hook).
+back on that first call, is found before it is called. The checkpoint is ``sys.audit`` of the event's name, both
+bound as default arguments (a tuple no code can change in place; replacing it is refused by the examinee's
+audit hook).
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ _DIAGNOSES = {"backward": lambda f, args, seed: diagnoses.backward_record(f, arg
               "device": lambda f, args, seed: device_record(f, args)}
 
 
-def answer(request: dict, namespace: dict, harnesses: dict | None = None, _audit=sys.audit) -> dict:
+def answer(request: dict, namespace: dict, harnesses: dict | None = None,
+           _audit=sys.audit, _checkpoint=CHECKPOINT) -> dict:
     """Apply the student's Function as asked and send back its outputs and gradients (or the error).
 
     ``namespace`` holds the student's objects; ``harnesses`` the instructor's functions ``check_with``
@@ -69,7 +71,7 @@ def answer(request: dict, namespace: dict, harnesses: dict | None = None, _audit
         stage = "forward"
         with _enable_grad(), (Watch() if watching else contextlib.nullcontext()) as in_forward:
             outputs = run(*call)
-            _audit(CHECKPOINT)
+            _audit(_checkpoint)
         if isinstance(outputs, (types.GeneratorType, map, filter, zip)):  # an iterable result is read as a list
             outputs = list(outputs)
         outputs = tuple(outputs) if isinstance(outputs, (tuple, list)) else (outputs,)
@@ -86,7 +88,7 @@ def answer(request: dict, namespace: dict, harnesses: dict | None = None, _audit
             stage = "backward"
             with Watch() if watching else contextlib.nullcontext() as in_backward:
                 grads = iter(_autograd_grad([o for o, _ in used], wrt, [u for _, u in used], allow_unused=True))
-                _audit(CHECKPOINT)
+                _audit(_checkpoint)
             if watching and not reply["autograd_in_backward"]:
                 reply["autograd_in_backward"] = in_backward.found(graph_nodes(outputs))
             reply["upstream_modified"] = any(not _equal(u, k) for (_, u), k in zip(used, kept))
@@ -101,17 +103,17 @@ def answer(request: dict, namespace: dict, harnesses: dict | None = None, _audit
         return failed
 
 
-def _answer_diagnosis(function, request: dict, _audit=sys.audit) -> dict:
+def _answer_diagnosis(function, request: dict, _audit=sys.audit, _checkpoint=CHECKPOINT) -> dict:
     """A diagnosis record of the student's Function (``autograder.student.checker.diagnoses``), as data."""
     make = _DIAGNOSES.get(request["what"])
     if make is None:
         return {"error": f"no diagnosis {request['what']!r}"}
     record = make(function, [decode(a) for a in request["args"]], int(request["seed"]))
-    _audit(CHECKPOINT)
+    _audit(_checkpoint)
     return {"error": None, "record": encode(record)}
 
 
-def _answer_data(run, request: dict, harnesses: dict, _audit=sys.audit) -> dict:
+def _answer_data(run, request: dict, harnesses: dict, _audit=sys.audit, _checkpoint=CHECKPOINT) -> dict:
     """A plain result: the student's function on these arguments, or the notebook's harness run with its object."""
     args = [decode(a) for a in request["args"]]
     if request["kind"] == "with":
@@ -121,14 +123,14 @@ def _answer_data(run, request: dict, harnesses: dict, _audit=sys.audit) -> dict:
         result = as_data(harness(run, *args))
     else:
         result = as_data(run(*args))
-    _audit(CHECKPOINT)
+    _audit(_checkpoint)
     try:
         return {"error": None, "result": encode(result)}
     except Unsupported:
         return {"error": f"TypeError: the result is a {type(result).__name__}, not plain data"}
 
 
-def _answer_transform(run, args: list, transform: dict, _audit=sys.audit) -> dict:
+def _answer_transform(run, args: list, transform: dict, _audit=sys.audit, _checkpoint=CHECKPOINT) -> dict:
     """The student's results under one of the referee's transforms (``autograder.student.checker.transforms``)."""
     try:
         if transform["kind"] not in KINDS:
@@ -136,17 +138,18 @@ def _answer_transform(run, args: list, transform: dict, _audit=sys.audit) -> dic
         payload = {key: [decode(v) for v in values] for key, values in dict(transform["payload"]).items()}
         used = [int(k) for k in transform["used"]]
         results = run_transform(transform["kind"], run, fresh([decode(a) for a in args]), payload, used)
-        _audit(CHECKPOINT)
+        _audit(_checkpoint)
         return {"results": [_encode_output(r) for r in results]}
     except Exception as error:  # the student's code failed under the transform
         return {"error": f"{type(error).__name__}: {str(error)[:300]}"}
 
 
-def _answer_saved(function, args: list, grad: list, inplace: bool, _audit=sys.audit) -> dict:
+def _answer_saved(function, args: list, grad: list, inplace: bool,
+                  _audit=sys.audit, _checkpoint=CHECKPOINT) -> dict:
     """What the Function saved for backward (``autograder.check_saved``'s record), as data."""
     leaves = [a.requires_grad_(True) if wanted else a for a, wanted in zip(args, grad)]
     _, saved, attributes = saved_record(function, [a * 1 if inplace and wanted else a for a, wanted in zip(leaves, grad)])
-    _audit(CHECKPOINT)
+    _audit(_checkpoint)
     return {"error": None, "saved": [_encode_output(t) for t in saved], "attributes": [str(a) for a in attributes]}
 
 

@@ -181,6 +181,7 @@ def examinee_main(steps: list[dict], folder: str, limits: Limits, env: dict[str,
 
         refusals = audit.install(audit.trusted_folders(), checkpoint)
         answers = Answers(steps, limits.cell_timeout, guard, refusals, tampered)
+        sys.audit(audit.BOUND)  # (no file may be opened from now on)
         send(connection, ["ready"])
         while True:
             message = json.loads(connection.recv_bytes())
