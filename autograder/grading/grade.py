@@ -96,9 +96,9 @@ def grade(course: Course, assignment: str, jobs: int | None = None, limits: Limi
         limits = confine(limits, course.hidden_from_notebooks, here=not scheduler)
     except SandboxRefused as error:
         raise CourseError(str(error)) from None
-    if limits.sandbox in sandbox.MODES:
-        print(sandbox.describe(limits.sandbox), file=progress if progress is not None else sys.stderr)
-    print(one_thread.describe(), file=progress if progress is not None else sys.stderr)
+    if limits.sandbox in sandbox.MODES:  # (Dask workers decide for their own machines)
+        for line in (sandbox.describe(limits.sandbox), one_thread.describe()):
+            print(line, file=progress if progress is not None else sys.stderr)
     with _grading_lock(course), warnings.catch_warnings(), nbgrader_speedups():
         # nbgrader's own gradebook code trips SQLAlchemy's autoflush warnings; they are not ours to fix.
         warnings.simplefilter("ignore", category=SAWarning)
