@@ -51,7 +51,7 @@ from autograder.grading.records.submissions import (
     InvalidNotebook, graded_ids, read_submission, write_problem_notebook, wrong_assignment,
 )
 from autograder.grading.running.judging import referee
-from autograder.grading.running.confinement import memory, sandbox
+from autograder.grading.running.confinement import memory, one_thread, sandbox
 from autograder.grading.running.confinement.limits import Limits, SandboxRefused, confine
 from autograder.grading.running.executor import Execution, execute, warm_up
 from autograder.grading.records.fingerprint import graded_with, submission_digest, why_regrade
@@ -98,9 +98,10 @@ def grade(course: Course, assignment: str, jobs: int | None = None, limits: Limi
         limits = confine(limits, course.hidden_from_notebooks, here=not scheduler)
     except SandboxRefused as error:
         raise CourseError(str(error)) from None
-    if limits.sandbox in sandbox.MODES:  # (on a Dask cluster each worker decides)
-        print(f"{sandbox.describe(limits.sandbox)}; memory: {memory.describe(limits.memory_bound, limits.memory)}",
-              file=progress if progress is not None else sys.stderr)
+    if limits.sandbox in sandbox.MODES:  # (Dask workers decide for their own machines)
+        for line in (f"{sandbox.describe(limits.sandbox)}; memory: {memory.describe(limits.memory_bound, limits.memory)}",
+                     one_thread.describe()):
+            print(line, file=progress if progress is not None else sys.stderr)
     with _grading_lock(course), warnings.catch_warnings(), nbgrader_speedups():
         # nbgrader's own gradebook code trips SQLAlchemy's autoflush warnings; they are not ours to fix.
         warnings.simplefilter("ignore", category=SAWarning)

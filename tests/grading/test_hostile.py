@@ -283,6 +283,30 @@ try:
 except ImportError:
     pass
 """
+# Issue 39: a string that becomes code past the scan (a string annotation, a benchmark statement) starts a thread
+# in backward that gets the gradient from forward-mode AD (which the notebook's own check does not see), where
+# the examinee's profiler would not see it either.
+IN_A_THREAD = """
+out = []
+def _work():
+    out.append(grad_output * torch.func.jvp(lambda t: t ** 3, (x,), (torch.ones_like(x),))[1])
+worker = threading.Thread(target=_work)
+worker.start()
+worker.join()
+return out[0]
+"""
+THREADING_BY_ANNOTATION = """
+import typing
+def _modules(threading: "__import__('threading')"):
+    pass
+threading = typing.get_type_hints(_modules)["threading"]
+""" + IN_A_THREAD
+THREADING_BY_TIMER = """
+import torch.utils.benchmark
+found = {}
+torch.utils.benchmark.Timer(stmt="found['threading'] = __import__('threading')", globals={"found": found}).timeit(1)
+threading = found["threading"]
+""" + IN_A_THREAD
 SAVES_INPUT = ("result = x.sqrt()\n        ctx.save_for_backward(result)", "result = x.sqrt()\n        ctx.save_for_backward(x)",
                "(result,) = ctx.saved_tensors", "(x,) = ctx.saved_tensors\n        result = x.sqrt()")
 NET_WITHOUT_POLY = ("return PolyFunction.apply(x1, x2)", "return x1 ** 3 + x2 ** 2")
@@ -302,6 +326,8 @@ def issue_32_submissions(notebooks: Notebooks, wrong: dict) -> dict[str, dict]:
         "forges_graph_names": ({"net": notebooks.edit("net", *NET_WITHOUT_POLY)}, {"net": FORGE_GRAPH}),
         "run_backward_in_backward": ({"cube": notebooks.in_backward("cube", ENGINE)}, {}),
         "grad_in_backward": ({"cube": notebooks.in_backward("cube", GRAD)}, {}),
+        "threading_by_annotation": ({"cube": notebooks.in_backward("cube", THREADING_BY_ANNOTATION)}, {}),
+        "threading_by_timer": ({"cube": notebooks.in_backward("cube", THREADING_BY_TIMER)}, {}),
         "fixes_it_in_a_later_cell": ({"cube": wrong["cube"]}, {"cube": (
             "class _Right(torch.autograd.Function):\n" + right["cube"].split("\n", 1)[1] +
             "\nCube.forward, Cube.backward = _Right.forward, _Right.backward\n")}),
@@ -324,7 +350,8 @@ def issue_32_submissions(notebooks: Notebooks, wrong: dict) -> dict[str, dict]:
 # The most each attack of issue 32 may score: its untampered student's score.
 ISSUE_32 = {"forges_the_answers": "wrong_cube", "forges_saved_records": "saves_input",
             "forges_graph_names": "net_without_poly", "run_backward_in_backward": "grad_in_backward",
-            "fixes_it_in_a_later_cell": "wrong_cube", "reads_instructors_files": "blank"}
+            "fixes_it_in_a_later_cell": "wrong_cube", "reads_instructors_files": "blank",
+            "threading_by_annotation": "grad_in_backward", "threading_by_timer": "grad_in_backward"}
 
 
 # Which wrong answer each attack is added to; its untampered score is the most it may get.
@@ -524,6 +551,7 @@ def run(tmp_path_factory):
 def test_the_batch_finishes_and_honest_students_are_graded_as_usual(run):
     assert run.grade.returncode == 0, run.grade.stdout + run.grade.stderr
     assert "sandbox: namespaces" in run.grade.stderr
+    assert "answers: one thread and one process (seccomp refuses clone" in run.grade.stderr  # (issue 39)
     assert run.feedback.returncode == 0, run.feedback.stderr
     for student in ("right", "right_too"):
         assert (float(run.rows[student]["score"]), run.rows[student]["status"]) == (MAX_SCORE, "graded")
@@ -723,7 +751,9 @@ def test_the_keeping_and_cheating_answers_are_ones_the_scan_lets_run():
     for how, (parts, _) in KEEPS.items():
         assert scan.problems(sqrt_keeping(**parts)) == [], how
     for net, body in NET_CHEATS.items():
-        assert scan.problems(f"class Net:\n    def forward(self, x1, x2):\n        {body}\n") == [], net
+        net_answer = (f"class Net(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+                      f"        self.poly = PolyFunction.apply\n\n    def forward(self, x1, x2):\n        {body}\n")
+        assert scan.problems(net_answer) == [], net
 
 
 @pytest.mark.parametrize("student", sorted(ISSUE_39))
@@ -737,3 +767,13 @@ def test_a_tensor_kept_outside_save_for_backward_and_a_net_that_does_not_follow_
     if net:
         said = outputs_of(graded, "test_net")
         assert "Net does not follow PolyFunction" in said or "Net's output should come from PolyFunction.apply" in said, said
+
+
+def test_a_string_made_into_code_past_the_scan_is_refused_in_the_examinee(run):
+    # Issue 39: both pass the answer scan; the examinee's audit hook refuses running the annotation and compiling
+    # the statement, so backward never reaches its thread (which seccomp would refuse anyway), and the check says so.
+    for student, says in (("threading_by_annotation", "your code ran a string or a code object as code (exec)"),
+                          ("threading_by_timer", "your code turned a string into code (compile)")):
+        shown = outputs_of(autograded(run.course_obj, student), "test_cube_backward")
+        assert says in shown, shown
+        assert float(run.rows[student]["score"]) == MAX_SCORE - POINTS["test_cube_backward"], run.rows[student]

@@ -63,6 +63,7 @@ from autograder import (  # noqa: F401  (the checker, as the notebooks import it
     check_built_on, check_callable, check_custom_op, check_forward, check_function, check_kernel, check_saved, check_values, check_with, draw_graph,
 )
 import autograder.student.checker.messages  # noqa: F401  (NOT_DONE, for an exercise left as released)
+import autograder.grading.running.confinement.one_thread
 import autograder.grading.running.kernel
 try:  # what 10's notebooks import (~0.3 s), once here; triton installs on Linux x86-64 only
     import triton.language  # noqa: F401
@@ -82,8 +83,11 @@ except ImportError:  # (no tqdm: torch.hub's stand-in takes no lock)
     pass
 else:
     tqdm.tqdm.set_lock(threading.RLock())
-# The tamper guard's record of the genuine objects, taken once here, where no student code has run.
-GENUINE = autograder.grading.running.judging.tamper.genuine()
+# The thread pools of the libraries loaded (numpy's BLAS), found once here: each examinee sizes them to its one thread.
+autograder.grading.running.confinement.one_thread.find_pools()
+# The tamper guard's record of the genuine objects, taken once here, where no student code has run (kept by the
+# tamper module alone: the examinee takes it from there, out of its answers' reach).
+autograder.grading.running.judging.tamper.genuine()
 
 OUT_OF_MEMORY_TEXT = ("can't allocate memory", "not enough memory", "out of memory")
 
@@ -297,7 +301,7 @@ def new_shell(hidden_lines: list[str] = ()) -> GradingShell:
     sys.stdout = RecordedStream(recorder, "stdout")
     sys.stderr = RecordedStream(recorder, "stdout")
     shell.enable_matplotlib("inline")
-    shell.tamper_guard = autograder.grading.running.kernel.load_ipython_extension(shell, GENUINE)
+    shell.tamper_guard = autograder.grading.running.kernel.load_ipython_extension(shell, autograder.grading.running.judging.tamper.genuine())
     return shell
 
 

@@ -18,7 +18,7 @@ import os
 import resource
 import signal
 
-PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER = 1, 36
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER = 1, 4, 36
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -26,6 +26,12 @@ def _prctl(option: int, value: int, what: str) -> None:
     if _libc.prctl(option, value, 0, 0, 0) < 0:
         code = ctypes.get_errno()
         raise OSError(code, f"{what}: {os.strerror(code)}")
+
+
+def not_dumpable() -> None:
+    """No core dump, and this process's files under /proc belong to root from now on: a sandboxed process (a uid of
+    its own, no capabilities) can no longer open its own memory (/proc/self/mem) to change the grader's code in it."""
+    _prctl(PR_SET_DUMPABLE, 0, "dumpable")
 
 
 def parent_death_signal(signum: int) -> None:

@@ -9,16 +9,23 @@ process imported this module, before any student code ran: the checker's record 
 (``saved_record``, ``graph_names``, ``substituted``, the diagnoses, the transforms) and torch's autograd; a Function
 class is used only if ``Function.apply`` is torch's own (no class of its own defines ``apply``, no
 metaclass of its own, its graph node the one torch made for it). The tamper guard
-watches this module's names and its functions' code (``autograder.grading.running.judging.tamper``).
+watches this module's names and its functions' code (``autograder.grading.running.judging.tamper``), and in the
+examinee it also looks at each checkpoint (``CHECKPOINT``): where an answer's code has returned and before
+anything it did is read. So code that replaces what the grader then calls (``Watch.found``), and would put it
+back on that first call, is found before it is called. The checkpoint is ``sys.audit`` of the event's name, both
+bound as default arguments (a tuple no code can change in place; replacing it is refused by the examinee's
+audit hook).
 """
 
 from __future__ import annotations
 
 import contextlib
+import sys
 import types
 
 import torch
 
+from autograder.grading.running.confinement.audit import CHECKPOINT
 from autograder.grading.running.judging.autograd_use import Watch, graph_nodes
 from autograder.grading.running.messages.wire import Unsupported, decode, encode
 from autograder.student.checker import diagnoses
@@ -66,7 +73,7 @@ def answer(request: dict, namespace: dict, harnesses: dict | None = None) -> dic
         return _answer(request, namespace, harnesses)
 
 
-def _answer(request: dict, namespace: dict, harnesses: dict | None) -> dict:
+def _answer(request: dict, namespace: dict, harnesses: dict | None, _audit=sys.audit, _checkpoint=CHECKPOINT) -> dict:
     """``answer`` itself, with the student's Functions as they are."""
     stage = None  # "forward" or "backward" while the student's Function runs, as check_function says it
     try:
@@ -89,6 +96,7 @@ def _answer(request: dict, namespace: dict, harnesses: dict | None) -> dict:
         stage = "forward"
         with _enable_grad(), (Watch() if watching else contextlib.nullcontext()) as in_forward:
             outputs = run(*call)
+            _audit(_checkpoint)
         if isinstance(outputs, (types.GeneratorType, map, filter, zip)):  # an iterable result is read as a list
             outputs = list(outputs)
         outputs = tuple(outputs) if isinstance(outputs, (tuple, list)) else (outputs,)
@@ -105,6 +113,7 @@ def _answer(request: dict, namespace: dict, harnesses: dict | None) -> dict:
             stage = "backward"
             with Watch() if watching else contextlib.nullcontext() as in_backward:
                 grads = iter(_autograd_grad([o for o, _ in used], wrt, [u for _, u in used], allow_unused=True))
+                _audit(_checkpoint)
             if watching and not reply["autograd_in_backward"]:
                 reply["autograd_in_backward"] = in_backward.found(graph_nodes(outputs))
             reply["upstream_modified"] = any(not _equal(u, k) for (_, u), k in zip(used, kept))
@@ -120,16 +129,17 @@ def _answer(request: dict, namespace: dict, harnesses: dict | None) -> dict:
         return failed
 
 
-def _answer_diagnosis(function, request: dict) -> dict:
+def _answer_diagnosis(function, request: dict, _audit=sys.audit, _checkpoint=CHECKPOINT) -> dict:
     """A diagnosis record of the student's Function (``autograder.student.checker.diagnoses``), as data."""
     make = _DIAGNOSES.get(request["what"])
     if make is None:
         return {"error": f"no diagnosis {request['what']!r}"}
     record = make(function, [decode(a) for a in request["args"]], int(request["seed"]))
+    _audit(_checkpoint)
     return {"error": None, "record": encode(record)}
 
 
-def _answer_data(run, request: dict, harnesses: dict) -> dict:
+def _answer_data(run, request: dict, harnesses: dict, _audit=sys.audit, _checkpoint=CHECKPOINT) -> dict:
     """A plain result: the student's function on these arguments, or the notebook's harness run with its object."""
     args = [decode(a) for a in request["args"]]
     if request["kind"] == "with":
@@ -139,17 +149,20 @@ def _answer_data(run, request: dict, harnesses: dict) -> dict:
         result = as_data(harness(run, *args))
     else:
         result = as_data(run(*args))
+    _audit(_checkpoint)
     try:
         return {"error": None, "result": encode(result)}
     except Unsupported:
         return {"error": f"TypeError: the result is a {type(result).__name__}, not plain data"}
 
 
-def _answer_kernel(run, args: list, strided: bool) -> dict:
+def _answer_kernel(run, args: list, strided: bool, _audit=sys.audit, _checkpoint=CHECKPOINT) -> dict:
     """check_kernel's runs of the student's launcher (``checker.kernels.kernel_runs``), as data: each a result or
     an error's text."""
     runs = {}
-    for key, outcome in kernel_runs(run, args, strided).items():
+    done = kernel_runs(run, args, strided)
+    _audit(_checkpoint)
+    for key, outcome in done.items():
         if "error" in outcome:
             runs[key] = {"error": error_text(outcome["error"])}
             continue
@@ -160,7 +173,7 @@ def _answer_kernel(run, args: list, strided: bool) -> dict:
     return {"error": None, "runs": runs}
 
 
-def _answer_transform(run, args: list, transform: dict) -> dict:
+def _answer_transform(run, args: list, transform: dict, _audit=sys.audit, _checkpoint=CHECKPOINT) -> dict:
     """The student's results under one of the referee's transforms (``autograder.student.checker.transforms``)."""
     try:
         if transform["kind"] not in KINDS:
@@ -168,12 +181,14 @@ def _answer_transform(run, args: list, transform: dict) -> dict:
         payload = {key: [decode(v) for v in values] for key, values in dict(transform["payload"]).items()}
         used = [int(k) for k in transform["used"]]
         results = run_transform(transform["kind"], run, fresh([decode(a) for a in args]), payload, used)
+        _audit(_checkpoint)
         return {"results": [_encode_output(r) for r in results]}
     except Exception as error:  # the student's code failed under the transform
         return {"error": f"{type(error).__name__}: {str(error)[:300]}"}
 
 
-def _answer_saved(function, args: list, grad: list, inplace: bool, swap: dict | None) -> dict:
+def _answer_saved(function, args: list, grad: list, inplace: bool, swap: dict | None,
+                  _audit=sys.audit, _checkpoint=CHECKPOINT) -> dict:
     """What the Function saved for backward, what it keeps elsewhere and, given ``swap`` (other tensors in place of
     what it saved, an upstream gradient), what its backward computes (``autograder.check_saved``'s record), as data."""
     leaves = [a.requires_grad_(True) if wanted else a for a, wanted in zip(args, grad)]
@@ -182,6 +197,7 @@ def _answer_saved(function, args: list, grad: list, inplace: bool, swap: dict | 
         swap_in = [decode(t) for t in swap["saved"]]
         upstream = [None if u is None else decode(u) for u in swap["upstream"]]
     record = saved_record(function, leaves, inplace, swap_in, upstream)
+    _audit(_checkpoint)
     found = record["swap"]
     if found is not None and found.get("error") is None:
         found = {key: [None if g is None else _encode_output(g) for g in found[key]] for key in ("own", "swapped")}

@@ -12,16 +12,24 @@ under the profiler: during forward no node may run, and during backward only the
 the check built (the student's own node, and the copies an in-place check makes), each once.
 Torch's own derivative kernels (``aten::softplus_backward``) count too. ``tests/grading/test_examinee.py``
 pins these facts on the installed torch, path by path.
+
+The profiler records the thread that started it: in the examinee no other thread or process can start
+(``autograder.grading.running.confinement.one_thread``), so it sees everything an answer runs. A ``Watch``
+keeps its state in slots (no attribute can be added to it, ``found`` cannot be shadowed) and opens its
+record with a marker of a random name: a record without it is one the profiler did not take whole (an
+answer that stopped it and started another), and says so.
 """
 
 from __future__ import annotations
 
+import secrets
 from collections import Counter
 
 import torch
 from torch._C._profiler import RecordScope
 
 _profile = torch.autograd.profiler.profile  # bound before any student code runs
+_record = torch.autograd.profiler.record_function
 BACKWARD_SCOPE = int(RecordScope.BACKWARD_FUNCTION.value)
 FORWARD_AD = ("aten::_make_dual", "aten::_unpack_dual")
 
@@ -45,9 +53,14 @@ def graph_nodes(outputs) -> Counter:
 class Watch:
     """``with Watch() as watch:`` records what ran; ``watch.found(allowed)`` says how autograd was used, if it was."""
 
+    __slots__ = ("profile", "marker")
+
     def __enter__(self) -> "Watch":
+        self.marker = f"autograder-watch-{secrets.token_hex(8)}"
         self.profile = _profile()
         self.profile.__enter__()
+        with _record(self.marker):
+            pass
         return self
 
     def __exit__(self, *exc) -> None:
@@ -56,6 +69,8 @@ class Watch:
     def found(self, allowed: Counter) -> str | None:
         """What ran beyond the ``allowed`` graph nodes, in words, or None."""
         events = self.profile.function_events
+        if not any(e.name == self.marker for e in events):
+            return "the profiler was stopped while it ran (its record is not whole)"
         ran = Counter(e.name for e in events if e.scope == BACKWARD_SCOPE) - allowed
         if ran:
             return f"autograd ran {', '.join(sorted(ran))}"

@@ -12,11 +12,15 @@ the same way (with a uid of its own), that runs only
 - the student's answer cells (the submission's cells that match the source's solution cells by nbgrader
   grade id, else by cell id), each only if the scan finds nothing it refuses (``scan``),
 
-in notebook order, and then answers (``answer``). The student's other cells never run here. The
-answering code, the checker functions and the torch functions they use were bound when the warm
-process imported them, before any student code ran; after every cell and every batch of questions the
-tamper guard (``tamper``, which watches these modules too) looks for anything replaced, puts it back,
-and from then on every reply fails with "tampering found". The given cells run in a namespace of their
+in notebook order, and then answers (``answer``). The student's other cells never run here. Before the
+first cell it is confined: no thread or process can start (``confinement.one_thread``, seccomp), and
+audit hooks refuse what answers never need (``confinement.audit``: frames, the garbage collector's
+objects, strings made into code, ctypes, files); a check during which an answer was refused fails, saying
+what was refused. The answering code, the checker functions and the torch functions they use were bound
+when the warm process imported them, before any student code ran; after every answer cell, before every
+reply, after every batch of questions and at the answering code's checkpoints the tamper guard
+(``tamper``, which watches these modules too) looks for anything replaced, puts it back, and from then
+on every reply fails with "tampering found". The given cells run in a namespace of their
 own as well, into which only the names the solution defines are copied from the answers: a harness
 runs with the instructor's helpers, whatever the answers define.
 
@@ -37,8 +41,9 @@ import sys
 import tempfile
 import time
 import types
+import warnings
 
-from autograder.grading.running.confinement import processes
+from autograder.grading.running.confinement import audit, lifetime, one_thread, processes
 
 from autograder.grading.running.judging import scan
 from autograder.grading.running.confinement.limits import CellTimeout, Limits, isolate
@@ -164,9 +169,24 @@ def examinee_main(steps: list[dict], folder: str, limits: Limits, env: dict[str,
         # No import may come from the working folder, where an answer can write files.
         sys.path[:] = [p for p in sys.path if p and os.path.isabs(p) and not p.startswith(folder)]
         signal.signal(signal.SIGALRM, _on_alarm)
+        # From here on no thread or process can start, nor can an answer reach frames, the garbage collector's
+        # objects, ctypes or files, or make a string into code (confinement.one_thread, confinement.audit).
+        one_thread.prepare()
+        lifetime.not_dumpable()
+        warnings.simplefilter("ignore")  # (its output goes nowhere; showing a warning reads source files)
         from autograder.grading.running.judging import tamper  # (imports the checker and torch: not in `grade`'s parser)
 
-        answers = Answers(steps, limits.cell_timeout, tamper.genuine())
+        guard = tamper.handed_over()
+        one_thread.refuse_new_threads()
+        tampered: list[str] = []
+        check = guard.check  # (bound now: what is replaced later in its class is not what runs)
+
+        def checkpoint() -> None:  # the answering code's checkpoints, between an answer's code and what it measures
+            tampered.extend(name for name in check(False) if name not in tampered)
+
+        refusals = audit.install(audit.trusted_folders(), checkpoint)
+        answers = Answers(steps, limits.cell_timeout, guard, refusals, tampered)
+        sys.audit(audit.BOUND)  # (no file may be opened from now on)
         send(connection, ["ready"])
         while True:
             message = json.loads(connection.recv_bytes())
@@ -189,18 +209,27 @@ def _on_alarm(signum, frame):
 class Answers:
     """The given and answer cells, run in order; the replies to the referee's requests about them."""
 
-    def __init__(self, steps: list[dict], limit: float, guard) -> None:
+    def __init__(self, steps: list[dict], limit: float, guard, refusals=None, tampered: list | None = None) -> None:
+        """``refusals()``: what the examinee's audit hook refused since its last call (``confinement.audit``; None:
+        no hook); ``tampered``: what the tamper guard found (also at the answering code's checkpoints), said in
+        every reply."""
         # The answering code, bound before any answer runs (here, not on import: the grader's own process
         # imports this module and must not import torch).
         from autograder.grading.running.judging.answer import answer
 
-        self._answer = answer
+        # Without the audit hook, which refuses replacing a function's code or defaults as it happens, the guard
+        # compares them after each answer cell (~2,000 audit events a comparison, where a hook sees them).
+        self._answer, self.refusals, self.functions = answer, refusals or list, refusals is None
         self.given, self.answers = _namespace("autograder_examinee_given"), _namespace("autograder_examinee_answers")
         self.missing: dict[str, str] = {}  # a name the solution defines -> why the answers do not define it
         self.refused: set[str] = set()  # the names of answer cells the scan refused: said even where the cell failed
-        self.guard, self.tampered = guard, []
+        self.guard, self._guard_check = guard, guard.check
+        self.tampered = tampered if tampered is not None else []
         guard.user_ns = self.answers
+        guard.watch(guard)  # (the guard's own attributes and the examinee's, as a class's)
+        guard.watch(self)
         for step in steps:
+            self.refusals()  # (what the instructor's cells did is not held against an answer)
             if step["kind"] == "given" and step.get("setup"):
                 _run_whole(step["source"], self.given, limit)
                 self.answers.update({k: v for k, v in self.given.items()
@@ -213,7 +242,7 @@ class Answers:
             else:
                 self._check()  # (records the names the given cells bound, before the answer runs)
                 self._run_answer(step, limit)
-                self._check()
+                self._check(self.functions)
 
     def _run_answer(self, step: dict, limit: float) -> None:
         why = step["why"]
@@ -228,6 +257,11 @@ class Answers:
                        f"{type(error).__name__}: {str(error)[:300]}" + _hint(error))
             finally:
                 signal.setitimer(signal.ITIMER_REAL, 0)
+            done = self.refusals()
+            if done:  # whatever the cell defined is not used: a check of it could not see all it does
+                why = f"your answer cell '{step['grade_id']}' {done[0]} when the grader ran it: {audit.WHY} (refused)"
+                for name in step["names"]:
+                    self.answers.pop(name, None)
         for name in step["names"]:
             if name in self.answers:  # (also when its cell failed after defining it, as in the notebook)
                 self.given[name] = self.answers[name]
@@ -236,9 +270,10 @@ class Answers:
                 if step.get("refused"):
                     self.refused.add(name)
 
-    def _check(self) -> None:
-        """The tamper guard: anything replaced is put back, and said in every reply from now on."""
-        self.tampered += [name for name in self.guard.check() if name not in self.tampered]
+    def _check(self, functions: bool = False) -> None:
+        """The tamper guard: anything replaced is put back, and said in every reply from now on (which code and
+        defaults the functions have: only with ``functions``)."""
+        self.tampered.extend(name for name in self._guard_check(functions) if name not in self.tampered)
 
     def reply(self, requests: list, limit: float) -> list[dict]:
         """The replies to one test cell's requests, each within ``limit`` seconds."""
@@ -251,6 +286,7 @@ class Answers:
             if target in self.missing and target not in self.answers:
                 replies.append({"error": self.missing[target], "refused": target in self.refused})
                 continue
+            self.refusals()  # (what came before, the instructor's cells, is not this answer's)
             signal.setitimer(signal.ITIMER_REAL, limit)
             try:
                 reply = self._answer(request, self.answers, self.given)
@@ -260,9 +296,13 @@ class Answers:
                 reply = {"error": f"{type(error).__name__}: {str(error)[:300]}"}
             finally:
                 signal.setitimer(signal.ITIMER_REAL, 0)
+            done = self.refusals()
+            if done:  # (even where the answer caught the refusal and went on)
+                reply = {"error": audit.message(done[0])}
             if str(reply.get("error")).startswith("NameError") and target not in self.missing:
                 reply["error"] += f" ({ONLY_ANSWER_CELLS})"
             replies.append(reply)
+            self._check()  # before the reply goes back, and after the batch
         self._check()
         if self.tampered:
             shown = ", ".join(self.tampered[:5]) + (f" and {len(self.tampered) - 5} more" if len(self.tampered) > 5 else "")
@@ -281,13 +321,14 @@ def _namespace(name: str) -> dict:
 
 def _compiled(source: str, filename: str):
     """A cell's code; IPython's syntax (magics) as IPython turns it into Python; its own SyntaxError if neither.
-    Its lines go to linecache, so that an error in it names the student's line, as in the notebook."""
+    Its lines go to linecache, so that an error in it names the student's line, as in the notebook. It is
+    compiled as the notebook compiles it, without this module's ``from __future__ import annotations``."""
     try:
-        code = compile(source, filename, "exec")
+        code = compile(source, filename, "exec", dont_inherit=True)
     except SyntaxError as error:
         try:
             source = ipython_python(source)
-            code = compile(source, filename, "exec")
+            code = compile(source, filename, "exec", dont_inherit=True)
         except SyntaxError:
             raise error from None
     linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
@@ -312,7 +353,7 @@ def _run_definitions(source: str, namespace: dict, limit: float) -> None:
             continue
         try:
             signal.setitimer(signal.ITIMER_REAL, limit)
-            exec(compile(ast.Module([statement], []), "<given>", "exec"), namespace)
+            exec(compile(ast.Module([statement], []), "<given>", "exec", dont_inherit=True), namespace)
         except BaseException:  # noqa: BLE001 (what fails here is missing later, and said where it is used)
             pass
         finally:

@@ -32,15 +32,20 @@ import importlib
 import importlib.util
 import pkgutil
 import types
+from itertools import repeat
+from operator import is_
 
 # The checker's package and every module in it: their functions, captured references, classes and tables.
 _CHECKER = importlib.import_module("autograder.student.checker")
 CHECKER_MODULES = [_CHECKER.__name__] + [f"{_CHECKER.__name__}.{m.name}"
                                          for m in pkgutil.iter_modules(_CHECKER.__path__)]
-# The grader's own modules that answer the referee in the examinee (autograder.grading.running.judging.examinee).
+# The grader's own modules that answer the referee in the examinee (autograder.grading.running.judging.examinee),
+# and those that confine it: their functions, and their classes as the checker's.
 GRADER_MODULES = [name for name in ("autograder.grading.running.judging.answer", "autograder.grading.running.judging.autograd_use",
                                      "autograder.grading.running.messages.wire", "autograder.grading.running.judging.examinee",
-                                     "autograder.grading.running.messages.protocol")
+                                     "autograder.grading.running.messages.protocol", "autograder.grading.running.judging.tamper",
+                                     "autograder.grading.running.confinement.audit",
+                                     "autograder.grading.running.confinement.one_thread")
                   if importlib.util.find_spec(name) is not None]  # (a student edition may ship fewer)
 # Modules whose attributes tests and the checker look up when they run.
 MODULES = ["torch", "torch.autograd", "torch.autograd.gradcheck", "torch.autograd.function",
@@ -86,15 +91,14 @@ def _resolve(dotted: str):
 
 def _function_state(function: types.FunctionType) -> tuple:
     """What a function does: its code and defaults (``f.__code__ = ...`` keeps f's identity)."""
-    return function.__code__, function.__defaults__, dict(function.__kwdefaults__ or {})
+    return function.__code__, function.__defaults__, function.__kwdefaults__
 
 
 def _same(a, b) -> bool:
-    """Whether two lists or dicts hold the very same objects (never calls student code's ``==``)."""
+    """Whether two lists or dicts hold the very same objects (never calls student code's ``==``), at C speed."""
     if isinstance(a, dict):
-        a, b = list(a.items()), list(b.items())
-        return len(a) == len(b) and all(x[0] is y[0] and x[1] is y[1] for x, y in zip(a, b))
-    return len(a) == len(b) and all(x is y for x, y in zip(a, b))
+        return len(a) == len(b) and all(map(is_, a, b)) and all(map(is_, a.values(), b.values()))
+    return len(a) == len(b) and all(map(is_, a, b))
 
 
 class Guard:
@@ -109,8 +113,8 @@ class Guard:
             saved = {k: v for k, v in vars(module).items() if not k.startswith("__")
                      and (name, k) not in CHANGED_BY_TORCH}
             self.namespaces.append((name, module, saved, False))
-        for name in CLASSES + [f"{module}.{k}" for module in CHECKER_MODULES for k, v in vars(_resolve(module)).items()
-                               if isinstance(v, type) and v.__module__ == module]:
+        for name in CLASSES + [f"{module}.{k}" for module in CHECKER_MODULES + GRADER_MODULES
+                               for k, v in vars(_resolve(module)).items() if isinstance(v, type) and v.__module__ == module]:
             cls = _resolve(name)
             saved = {k: v for k, v in vars(cls).items() if (name, k) not in CHANGED_BY_TORCH}
             self.namespaces.append((name, cls, saved, True))
@@ -124,17 +128,44 @@ class Guard:
                 function = getattr(value, "__func__", value)  # staticmethod, classmethod
                 if isinstance(function, types.FunctionType):
                     self.functions[function] = _function_state(function)
-        # The checker's own lists and dicts (its table of torch error messages).
+        # And each namespace's names and genuine objects as tuples, compared at C speed first (``check``).
+        self.namespaces = tuple((label, owner, saved, is_class, tuple(saved), tuple(saved.values()))
+                                for label, owner, saved, is_class in self.namespaces)
+        # The checker's own lists and dicts (its table of torch error messages), and the functions' keyword defaults
+        # (a dict, changed in place without any audit event).
         self.containers = {f"{module}.{k}": (v, type(v)(v)) for module in CHECKER_MODULES
                            for k, v in vars(_resolve(module)).items()
                            if type(v) in (list, dict) and not k.startswith("__")}
+        self.containers.update({f"{f.__module__}.{f.__qualname__}'s keyword defaults": (kwdefaults, dict(kwdefaults))
+                                for f, (_, _, kwdefaults) in self.functions.items() if kwdefaults})
         self.bound: set[str] = set()
+        self.instances: list[tuple[object, dict]] = []  # (an object the examinee relies on, its attributes)
 
-    def check(self) -> list[str]:
-        """Put back every genuine object that was replaced; return what was replaced (empty: nothing)."""
+    def watch(self, instance: object) -> None:
+        """Watch ``instance``'s attributes from now on, as a class's: replaced, added or deleted ones are put back."""
+        self.instances.append((instance, dict(vars(instance))))
+
+    def check(self, functions: bool = True) -> list[str]:
+        """Put back every genuine object that was replaced; return what was replaced (empty: nothing).
+
+        Without ``functions``, which functions' code and defaults are is not compared (their keyword defaults' contents
+        are): each read raises an audit event (~2,000 a check), and the examinee's audit hook refuses replacing a
+        function's code or defaults as it happens (``autograder.grading.running.confinement.audit``)."""
         replaced = []
-        for label, owner, saved, is_class in self.namespaces:
+        for instance, saved in self.instances:
+            current = vars(instance)
+            for name in [k for k in current if k not in saved]:
+                replaced.append(f"{type(instance).__name__}.{name}")
+                del current[name]
+            for name, genuine in saved.items():
+                if current.get(name, _MISSING) is not genuine:
+                    replaced.append(f"{type(instance).__name__}.{name}")
+                    current[name] = genuine
+        for label, owner, saved, is_class, names, genuine_objects in self.namespaces:
             current = vars(owner)
+            if all(map(is_, map(current.get, names, repeat(_MISSING)), genuine_objects)) and (
+                    not is_class or len(current) == len(names)):
+                continue  # (the loop below finds what, where anything was replaced or added)
             for name, genuine in saved.items():
                 if current.get(name, _MISSING) is not genuine:
                     replaced.append(f"{label}.{name}")
@@ -143,13 +174,11 @@ class Guard:
                 for name in [k for k in current if k not in saved and (label, k) not in CHANGED_BY_TORCH]:
                     replaced.append(f"{label}.{name}")
                     delattr(owner, name)
-        for function, (code, defaults, kwdefaults) in self.functions.items():
-            current = function.__kwdefaults__  # None for most: then no dicts to compare
+        for function, (code, defaults, kwdefaults) in self.functions.items() if functions else ():
             if (function.__code__ is not code or function.__defaults__ is not defaults
-                    or ((current or kwdefaults) and not _same(current or {}, kwdefaults))):
+                    or function.__kwdefaults__ is not kwdefaults):
                 replaced.append(f"{function.__module__}.{function.__qualname__}")
-                function.__code__, function.__defaults__ = code, defaults
-                function.__kwdefaults__ = dict(kwdefaults) or None
+                function.__code__, function.__defaults__, function.__kwdefaults__ = code, defaults, kwdefaults
         for name, (container, contents) in self.containers.items():
             if not _same(container, contents):
                 replaced.append(name)
@@ -197,6 +226,14 @@ def genuine() -> Guard:
     if not _RECORDED:
         _RECORDED.append(Guard())
     return _RECORDED[0]
+
+
+def handed_over() -> Guard:
+    """The record, for the examinee alone: from now on no module of this process holds it, so code that reaches
+    the grader's modules does not reach the guard."""
+    guard = genuine()
+    _RECORDED.clear()
+    return guard
 
 
 def install(shell, guard: Guard | None = None) -> Guard:
