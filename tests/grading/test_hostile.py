@@ -769,11 +769,14 @@ def test_a_tensor_kept_outside_save_for_backward_and_a_net_that_does_not_follow_
         assert "Net does not follow PolyFunction" in said or "Net's output should come from PolyFunction.apply" in said, said
 
 
-def test_a_string_made_into_code_past_the_scan_is_refused_in_the_examinee(run):
-    # Issue 39: both pass the answer scan; the examinee's audit hook refuses running the annotation and compiling
-    # the statement, so backward never reaches its thread (which seccomp would refuse anyway), and the check says so.
-    for student, says in (("threading_by_annotation", "your code ran a string or a code object as code (exec)"),
-                          ("threading_by_timer", "your code turned a string into code (compile)")):
+def test_a_string_made_into_code_is_refused_before_it_runs(run):
+    # Issue 39: the answer scan's allow-list refuses both answers (a string annotation run by typing.get_type_hints,
+    # a Timer statement compiled from a string), so backward never reaches its thread; were one to get past it, the
+    # examinee's audit hook refuses running and compiling the string, and seccomp the thread (test_confinement.py).
+    for student, says in (("threading_by_annotation", "a string in an annotation (code may run it)"),
+                          ("threading_by_timer", "importing `torch.utils.benchmark`")):
         shown = outputs_of(autograded(run.course_obj, student), "test_cube_backward")
-        assert says in shown, shown
-        assert float(run.rows[student]["score"]) == MAX_SCORE - POINTS["test_cube_backward"], run.rows[student]
+        assert "the grader did not run your answer cell 'cube'" in shown and says in shown, shown
+        # A refused answer cell is not run, so both of Cube's tests lose their points.
+        lost = POINTS["test_cube_forward"] + POINTS["test_cube_backward"]
+        assert float(run.rows[student]["score"]) == MAX_SCORE - lost, run.rows[student]

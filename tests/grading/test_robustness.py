@@ -120,6 +120,14 @@ TAMPERING = {
 UNTAMPERED = {"cube": "wrong_cube", "sqrt": "forgot_grad_output"}
 
 
+def after(notebook: dict, grade_id: str, source: str) -> dict:
+    """``notebook`` with a cell of the student's own holding ``source`` right after the answer cell ``grade_id``:
+    the grader's examinee runs only answer cells, and refuses one that uses what an answer never needs
+    (``open``, ``exit``, ``IPython.display``), so what these students do runs in the notebook's process alone."""
+    notebook["cells"].insert(cell_index(notebook, grade_id) + 1, code_cell(f"after-{grade_id}", source))
+    return notebook
+
+
 def submissions(notebooks: Notebooks) -> dict[str, str | bytes | dict[str, str | bytes] | None]:
     """student -> what they hand in: a notebook (text or bytes), {file name: content}, or None (empty folder)."""
     nb = notebooks
@@ -138,13 +146,13 @@ def submissions(notebooks: Notebooks) -> dict[str, str | bytes | dict[str, str |
         "memory_bomb": nb.answers(sqrt=nb.in_backward("sqrt", "hog = torch.ones(3 * 1024**3, dtype=torch.uint8)")),
         # 20 MB of output in 20 000 prints: far over the limits, and quick enough for the 2 s cell limit on a loaded machine
         "print_flood": nb.answers(sqrt=nb.right["sqrt"] + "\nfor i in range(20_000):\n    print('spam ' * 200)\n"),
-        "display_flood": nb.answers(sqrt=nb.right["sqrt"] + "\nfrom IPython.display import HTML, display\n"
-                                    "display(HTML('<b>x</b>' * 10**7))\n'y' * 10**7\n"),
+        "display_flood": after(nb.answers(), "sqrt", "from IPython.display import HTML, display\n"
+                                                     "display(HTML('<b>x</b>' * 10**7))\n'y' * 10**7\n"),
         # Crashes
         "os_exit": nb.answers(poly_function=nb.right["poly_function"] + "\nimport os\nos._exit(1)\n"),
         "segfault": nb.answers(cube=nb.in_backward("cube", "import ctypes\nctypes.string_at(0)")),
         "sys_exit": nb.answers(sqrt=nb.right["sqrt"] + "\nraise SystemExit(0)  # what sys.exit() raises\n"),
-        "exit_call": nb.answers(sqrt=nb.right["sqrt"] + "\nexit()\n"),
+        "exit_call": after(nb.answers(), "sqrt", "exit()\n"),
         "keyboard_interrupt": nb.answers(cube=nb.in_backward("cube", "raise KeyboardInterrupt")),
         # Student code runs in the grading process, so it can break the grader's own objects.
         "breaks_the_grader": nb.answers(poly_function=nb.right["poly_function"]
@@ -218,7 +226,7 @@ def submissions(notebooks: Notebooks) -> dict[str, str | bytes | dict[str, str |
              "_nb['cells'] = [_placed[i] if i in _placed else next(_rest) for i in range(len(_nb['cells']))]\n"
              "json.dump(_nb, open('01_first_function.ipynb', 'w'))\n")
     subs["forges_its_notebook"] = nb.answers(cube=wrong_answers["cube"] + "\n\n" + forge)
-    subs["overwrites_its_notebook"] = nb.answers(net=nb.right["net"] + f"\nopen('{NOTEBOOK}', 'w').write('?')\n")
+    subs["overwrites_its_notebook"] = after(nb.answers(), "net", f"open('{NOTEBOOK}', 'w').write('?')\n")
     deletes = nb.answers()  # in a cell of its own: an answer cell importing os is not run by the grader's examinee
     deletes["cells"].insert(cell_index(deletes, "net") + 1,
                             code_cell("deletes", "import os, shutil\nshutil.rmtree(os.getcwd())\n"))
@@ -399,7 +407,8 @@ def test_huge_output_is_cut_and_costs_nothing(batch):
         notebook = batch.course.grading / "autograded" / student / ASSIGNMENT / NOTEBOOK
         assert notebook.stat().st_size < 3 * 1024**2, student
     assert "output truncated" in outputs_of(autograded(batch.course, "print_flood"), "sqrt")
-    assert "output left out" in outputs_of(autograded(batch.course, "display_flood"), "sqrt")
+    flooded = autograded(batch.course, "display_flood")
+    assert "output left out" in json.dumps(next(c for c in flooded["cells"] if c.get("id") == "after-sqrt")["outputs"])
 
 
 # --------------------------------------------------------------------------------------------
