@@ -67,7 +67,7 @@ def private_folder() -> Path:
 def identity(course: Course) -> tuple[str, str]:
     """(which warm process serves this user, environment and course; the version of the code it must run)."""
     package = Path(autograder.__file__).resolve().parent
-    version = hashlib.sha256(f"{sys.executable}\0{sys.version}".encode())
+    version = hashlib.sha256(f"{os.path.realpath(sys.executable)}\0{sys.version}".encode())
     for path in sorted(package.rglob("*.py")):
         found = path.stat()
         version.update(f"{path.relative_to(package)}\0{found.st_size}\0{found.st_mtime_ns}\0".encode())

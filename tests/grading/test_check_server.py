@@ -148,6 +148,18 @@ def test_a_dead_or_stale_warm_process_is_replaced(folder):
     assert _check(folder).returncode == 1 and _server_pid(folder) not in (None, new)
 
 
+def test_a_python_named_by_a_relative_path_uses_the_same_warm_process(folder):
+    # `../venv/bin/python -m autograder check ...` (a student's venv beside the clone): sys.executable keeps the
+    # "..", and the warm process's version must not depend on how the interpreter was named.
+    assert _check(folder).returncode == 1
+    served = _server_pid(folder)
+    relative = os.path.relpath(sys.executable, REPO / "course")
+    again = subprocess.run([relative, "-m", "autograder", "--course", str(REPO), "check", str(BLANK)], cwd=REPO / "course",
+                           env=_env(folder), capture_output=True, text=True, timeout=600)
+    assert again.returncode == 1 and "score: 0 / 11" in again.stdout, again.stdout + again.stderr
+    assert _server_pid(folder) == served
+
+
 def test_it_answers_only_its_own_user(folder):
     assert _check(folder).returncode == 1
     [path] = folder.glob("*.sock")

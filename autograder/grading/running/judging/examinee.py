@@ -116,15 +116,16 @@ class Examinee:
         limit = min(limits.after_timeout, limits.cell_timeout) if self.timed_out else limits.cell_timeout
         if not self.gone and not self.ready:
             # Before its first answer it runs the given and answer cells, each within the cell time limit.
-            self.ready = self._receive(limits.cell_timeout * (self.answer_cells + 1) + 30.0) == ["ready"]
+            said = self._receive(limits.cell_timeout * (self.answer_cells + 1) + 30.0)
+            self.ready = said == ["ready"]
             if not self.ready:
-                self._end_early(self.gone or "it did not get ready to answer")
+                self._end_early(self.gone or _crashed(said) or "it did not get ready to answer")
         if self.gone or not tell(self.connection, ["ask", requests, limit]):
             self._end_early(self.gone or "it ended before the grader's checks")
             return None
         reply = self._receive(limit * len(requests) + 5.0)
         if not (isinstance(reply, list) and len(reply) == 2 and reply[0] == "answer" and isinstance(reply[1], list)):
-            self._end_early(self.gone or "it sent the grader an invalid message (not an answer)")
+            self._end_early(self.gone or _crashed(reply) or "it sent the grader an invalid message (not an answer)")
             return None
         self.timed_out = self.timed_out or any(isinstance(r, dict) and str(r.get("error")).startswith("TimeoutError")
                                                for r in reply[1])
@@ -155,6 +156,13 @@ class Examinee:
         self.connection.close()
         shutil.rmtree(self.folder, ignore_errors=True)
         return left
+
+
+def _crashed(message) -> str:
+    """What the examinee's own crash report (``["crash", traceback]``: a bug in the grader) says, in one line."""
+    if isinstance(message, list) and len(message) == 2 and message[0] == "crash" and isinstance(message[1], str):
+        return "it failed (a bug in the grader): " + (message[1].strip().splitlines() or ["?"])[-1][:300]
+    return ""
 
 
 # ----------------------------------------------------------------------------------------

@@ -90,7 +90,10 @@ class RefereeProcess:
             if message[0] != "ask":
                 self.broken = True
                 return 0, f"the grader's own check of this cell failed: {str(message[-1]).strip()[-300:]}"
-            tell(self.connection, ["answer", examinee.ask(message[1])])
+            replies = examinee.ask(message[1])
+            if replies is None and isinstance(message[1], list):  # each check says why it got no answer
+                replies = [{"gone": examinee.gone}] * len(message[1])
+            tell(self.connection, ["answer", replies])
 
     def done(self) -> None:
         """The notebook is over: a referee left in the middle of a cell, or failed, is not used again."""

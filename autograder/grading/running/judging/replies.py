@@ -22,6 +22,8 @@ def unanswered(reply) -> str | None:
     notebook says it, ``messages.student_error``), or None."""
     if not isinstance(reply, dict):
         return "could not be checked: the grader's run of your answers sent no answer"
+    if isinstance(reply.get("gone"), str) and set(reply) == {"gone"}:  # (the examinee stopped: why, in one line)
+        return f"could not be checked: the grader's run of your answers stopped ({plain(reply['gone'])})"
     if reply.get("error") is not None:
         from autograder.student.checker.messages import student_error
 
