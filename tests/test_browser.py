@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import json
 import re
+import shutil
 import subprocess
 import sys
 from contextlib import contextmanager
@@ -25,7 +26,7 @@ from autograder.course import Course
 from autograder.grading.demo.make_demo import DEMO_ROOT
 from autograder.grading.demo.workspace import WORKSPACE
 from browsing import Steps
-from conftest import filled_release, nbgrader_meta, read_notebook, running_jupyter, solution_answers, source
+from conftest import REPO, filled_release, nbgrader_meta, read_notebook, running_jupyter, solution_answers, source
 
 pytestmark = pytest.mark.slow
 
@@ -145,25 +146,37 @@ def test_student_fills_an_exercise_runs_all_and_validates(course_copy, page, tmp
 
 
 
-def prepare_graded_class(course: Course) -> tuple[Course, dict[str, tuple[float, float]]]:
-    """The demo class graded by `python -m autograder demo` run in ``course``: the demo's own course (its
-    workspace, build/demo/) and {student: (score, max)}. The course's own grading/ stays untouched.
-
-    The scores expected are the ones the demo documents (measured with plain nbgrader); the
-    student whose file is not a notebook is graded 0.
-    """
-    expected = json.loads((DEMO_ROOT / "expected_scores.json").read_text())
+@pytest.fixture(scope="module")
+def graded_class(tmp_path_factory) -> Path:
+    """A course copy in which `python -m autograder demo` ran once: the demo class graded in the demo's own
+    workspace (build/demo/), feedback and report written; the course's own grading/ untouched."""
+    root = tmp_path_factory.mktemp("graded-class")
+    for folder in ("solutions", "course"):
+        shutil.copytree(REPO / folder, root / folder)
+    course = Course(root)
     subprocess.run([sys.executable, "-m", "autograder", "demo"], cwd=course.root, env=course.environment(),
                    check=True, capture_output=True, timeout=600)
     demo = Course(course.root / WORKSPACE)
     assert (demo.grading / "grades.csv").is_file() and not (course.grading / "grades.csv").exists()
     assert not (course.grading / "deadlines.json").exists() and not (course.grading / "submitted").exists()
+    return root
+
+
+def prepare_graded_class(graded_class: Path, tmp_path: Path) -> tuple[Course, dict[str, tuple[float, float]]]:
+    """A test's own copy of the graded demo class: the demo's course (its workspace) and {student: (score, max)}.
+
+    The scores expected are the ones the demo documents (measured with plain nbgrader); the
+    student whose file is not a notebook is graded 0.
+    """
+    expected = json.loads((DEMO_ROOT / "expected_scores.json").read_text())
+    shutil.copytree(graded_class, tmp_path / "course")
+    demo = Course(tmp_path / "course" / WORKSPACE)
     return demo, {student: (score or 0, expected["max_score"]) for student, score in expected["scores"].items()}
 
 
-def test_instructor_opens_the_formgrader(course_copy, page, tmp_path_factory):
+def test_instructor_opens_the_formgrader(graded_class, page, tmp_path, tmp_path_factory):
     """The formgrader, opened from Lab's Nbgrader menu, lists the assignments and the graded students."""
-    demo, scores = prepare_graded_class(course_copy)
+    demo, scores = prepare_graded_class(graded_class, tmp_path)
     with open(DEMO_ROOT / "roster.csv", newline="") as roster:
         names = {r["id"]: f"{r['last_name']}, {r['first_name']}" for r in csv.DictReader(roster)}
     steps = Steps(page, "instructor")
@@ -214,10 +227,10 @@ def hand_in_a_right_notebook_with_markup_and_a_long_error(course: Course, downlo
     (download / "zed" / f"{ASSIGNMENT}.ipynb").write_text(json.dumps(notebook))
 
 
-def test_feedback_page_and_class_report_offline(course_copy, page, tmp_path):
+def test_feedback_page_and_class_report_offline(graded_class, page, tmp_path):
     """A feedback page from the real pipeline, offline at 1280 px: hints folded, maths rendered, a long error
     wrapped, the student's markup inert; then the HTML class report with its figures."""
-    demo, _ = prepare_graded_class(course_copy)  # the demo class, graded in its workspace: feedback, report
+    demo, _ = prepare_graded_class(graded_class, tmp_path)  # the demo class, graded in its workspace: feedback, report
     hand_in_a_right_notebook_with_markup_and_a_long_error(demo, tmp_path / "download")
     for step in (["collect", ASSIGNMENT, str(tmp_path / "download")], ["grade", ASSIGNMENT], ["feedback", ASSIGNMENT],
                  ["report", ASSIGNMENT]):

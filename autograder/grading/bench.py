@@ -114,7 +114,7 @@ def bench(source: Course, students: int = 40, jobs: int | None = None, out=sys.s
     else:
         print(f"scores identical for all {students} students", file=out)
     return {"nbgrader_seconds": nbgrader_seconds, "ours_seconds": ours_seconds, "ratio": ratio,
-            "again_seconds": again_seconds, "differences": differences}
+            "again_seconds": again_seconds, "differences": differences, "scores": theirs_scores}
 
 
 CHECKED = ("01_first_function", "05_deriving_backward", "09_production_pytorch")

@@ -189,6 +189,9 @@ def judged(tmp_path_factory):
         graded = _run(course, "grade", assignment)
         assert graded.returncode == 0, graded.stdout + graded.stderr
         first_lines[assignment] = graded.stderr.splitlines()[0]
+        # no test cell's points are decided in a student's process (this and the solutions' full marks below
+        # are what test_notebooks.py leaves to this file for all but a few assignments)
+        assert "every test cell's points (" in graded.stdout + graded.stderr, (assignment, graded.stdout)
     assert _run(course, "feedback", DEMO_ASSIGNMENT).returncode == 0
     with Gradebook(f"sqlite:///{course.grading / 'gradebook.db'}", "custom-autograd-functions") as gb:
         by_grade = {(s.student.id, a): {g.name: g.auto_score for nb in s.notebooks for g in nb.grades}

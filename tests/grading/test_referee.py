@@ -302,8 +302,10 @@ def test_replacing_the_answering_code_gains_nothing_wherever_the_notebook_does_i
 ASSIGNMENTS = sorted(path.name for path in (ROOT / "solutions").iterdir() if path.is_dir())
 
 
+# Here, for the first and the largest assignment, the executor run directly; every assignment's solution gets full
+# marks with every test cell decided by the referee under `grade` and `check` (test_check_agrees.py).
 @pytest.mark.slow
-@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+@pytest.mark.parametrize("assignment", ["01_first_function", "11_flash_attention"])
 def test_the_referee_decides_every_test_cell_and_never_fails_a_right_answer(assignment, tmp_path):
     # Every test cell's hidden tests run in the referee alone (the student's process never sees them),
     # with at least one check the referee decides, and the solutions pass every one.
@@ -322,7 +324,7 @@ def test_the_referee_decides_every_test_cell_and_never_fails_a_right_answer(assi
 
 
 def test_every_test_cell_of_the_course_is_decided_by_the_referee():
-    # The count the issue asks for, read from the notebooks (the test above runs them).
+    # The count the issue asks for, read from the notebooks (test_check_agrees.py grades them all).
     counted = 0
     for assignment in ASSIGNMENTS:
         notebook = json.loads((ROOT / "solutions" / assignment / f"{assignment}.ipynb").read_text())
