@@ -303,7 +303,7 @@ ASSIGNMENTS = sorted(path.name for path in (ROOT / "solutions").iterdir() if pat
 
 
 # Here, for the first and the largest assignment, the executor run directly; every assignment's solution gets full
-# marks with every test cell decided by the referee under `grade` and `check` (test_check_agrees.py).
+# marks with every test cell decided by the referee under `grade` (test_check_agrees.py).
 @pytest.mark.slow
 @pytest.mark.parametrize("assignment", ["01_first_function", "11_flash_attention"])
 def test_the_referee_decides_every_test_cell_and_never_fails_a_right_answer(assignment, tmp_path):
