@@ -85,10 +85,8 @@ def _will_run_notebooks(argv: list[str]) -> bool:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if _will_run_notebooks(argv):
-        from autograder.grading.records.speed import skip_iri_format_checks
         from autograder.grading.running.executor import warm_up
 
-        skip_iri_format_checks()  # before anything imports jsonschema
         warm_up()  # the warm process imports torch on another core while this one imports nbgrader
     args = build_parser().parse_args(argv)
     try:

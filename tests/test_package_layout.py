@@ -113,8 +113,6 @@ def test_every_module_belongs_to_a_wing_or_is_the_face():
     assert top_level == ["__init__.py", "__main__.py", "cli.py", "course.py"]
     assert imported_modules(PACKAGE / "cli.py") <= {"autograder.course", "autograder.course.Course",
                                                      "autograder.course.CourseError",
-                                                     "autograder.grading.records.speed",
-                                                     "autograder.grading.records.speed.skip_iri_format_checks",
                                                      "autograder.grading.running.executor",
                                                      "autograder.grading.running.executor.warm_up"}, \
         "cli.py only dispatches: each command's arguments live in autograder/commands/"

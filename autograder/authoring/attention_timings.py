@@ -20,13 +20,12 @@ interpreter's, and its files are named ``attention_cpu``.)
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
 from pathlib import Path
 
-from autograder.authoring.kernel_timings import kernel_provenance, solution_namespace
+from autograder.authoring.kernel_timings import kernel_provenance, solution_namespace, write_record
 
 NOTEBOOK = Path(__file__).resolve().parents[2] / "solutions" / "11_flash_attention" / "11_flash_attention.ipynb"
 CELLS = ("setup", "tiles", "attention-references", "attention_forward", "attention_backward",
@@ -131,11 +130,7 @@ def summary(data: dict) -> list[str]:
 
 def write(out_dir: Path, data: dict) -> list[Path]:
     """``attention_<device>.json`` and ``attention_<device>.txt`` in ``out_dir``."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    stem = out_dir / f"attention_{data['device']}"
-    stem.with_suffix(".json").write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-    stem.with_suffix(".txt").write_text("\n".join(summary(data)) + "\n", encoding="utf-8")
-    return [stem.with_suffix(".json"), stem.with_suffix(".txt")]
+    return write_record(out_dir, "attention", data, summary(data))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -128,13 +128,19 @@ def record(out_dir, device: str = "cuda") -> dict:
     return json.loads((out_dir / "kernels_cuda.json").read_text(encoding="utf-8"))
 
 
+def write_record(out_dir: Path, name: str, data: dict, lines: list[str]) -> list[Path]:
+    """``<name>_<device>.json`` (``data``) and ``<name>_<device>.txt`` (``lines``) in ``out_dir``: 10's and 11's
+    records alike."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stem = out_dir / f"{name}_{data['device']}"
+    stem.with_suffix(".json").write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    stem.with_suffix(".txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return [stem.with_suffix(".json"), stem.with_suffix(".txt")]
+
+
 def write(out_dir: Path, data: dict) -> list[Path]:
     """``kernels_<device>.json`` and ``kernels_<device>.txt`` in ``out_dir``."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    stem = out_dir / f"kernels_{data['device']}"
-    stem.with_suffix(".json").write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-    stem.with_suffix(".txt").write_text("\n".join(summary(data)) + "\n", encoding="utf-8")
-    return [stem.with_suffix(".json"), stem.with_suffix(".txt")]
+    return write_record(out_dir, "kernels", data, summary(data))
 
 
 def solution_sha256(notebook: Path = NOTEBOOK) -> str:

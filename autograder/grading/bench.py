@@ -182,8 +182,7 @@ def profile(source: Course, students: int = 12, out=sys.stdout) -> dict[str, flo
 
     steps = {name: 0.0 for name in ("prepare", "child start", "cells", "outputs and scoring", "gradebook at the end")}
     started = time.monotonic()
-    subprocess.run([sys.executable, "-c", "from autograder.grading.records.speed import skip_iri_format_checks; "
-                    "skip_iri_format_checks(); import autograder.cli, autograder.grading.grade; "
+    subprocess.run([sys.executable, "-c", "import autograder.cli, autograder.grading.grade; "
                     "autograder.cli.build_parser()"], check=True)
     start_seconds = time.monotonic() - started
     with tempfile.TemporaryDirectory(prefix="bench-profile-") as root, grading.nbgrader_speedups(), \

@@ -190,14 +190,3 @@ class _ErrorLines(logging.Handler):
         if line and "above traceback" not in line[-1]:
             self.lines.append(line[-1][:300])
 
-
-def skip_iri_format_checks() -> None:
-    """Keep jsonschema from loading ``rfc3987_syntax`` in this process (call before anything imports jsonschema).
-
-    jsonschema imports it, when installed, for its optional "iri" format checks, and building
-    its grammar takes a second of CPU: half of what importing nbformat and nbgrader costs the
-    grading process. Neither nbformat's nor nbgrader's schemas check formats, so nothing they
-    validate changes.
-    """
-    sys.modules.setdefault("rfc3987_syntax", None)
-
