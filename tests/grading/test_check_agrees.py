@@ -2,7 +2,7 @@
 
 One course copy (the instructor's checkout: solutions/ present). Every assignment's solution
 notebook, blank release and a half-done notebook (the first half of the answers filled in; not for the
-slowest three), the demo class's notebooks of 01 and a notebook that probes its sandbox are graded with
+slowest three, nor for 10), the demo class's notebooks of 01 and a notebook that probes its sandbox are graded with
 `grade`: every solution gets full marks and every blank none, each test cell decided by the referee. `check`
 judges every assignment in at least one of them (``CHECKED``: the demo class, the probe, every half-done
 notebook, the solutions of the slowest three and of 10, the blanks of 01 and 10); each test's verdict must
@@ -43,6 +43,8 @@ DEMO_STUDENTS = ("ada", "ben", "chen", "dana", "eli", "fay", "ivy")  # gus's fil
 PROBING_STUDENT = "zed4417"  # grade's id for the probing notebook: nowhere in what it finds
 REAL_HOME = os.path.expanduser("~")
 SLOW = ("07_gpu_timing", "09_production_pytorch", "11_flash_attention")  # (their solution and blank suffice: they take seconds each)
+# No half-done notebook of 10: its blank is checked too, and each of its notebooks runs kernels in the interpreter
+HALF_ELSEWHERE = ("10_triton_kernels",)
 
 
 def checked_too(student: str, assignment: str) -> bool:
@@ -176,7 +178,7 @@ def notebooks(course: Course) -> dict[tuple[str, str], str]:
     for assignment in course.assignments():
         found["solution", assignment] = (course.solutions / assignment / f"{assignment}.ipynb").read_text()
         found["blank", assignment] = (course.release / assignment / f"{assignment}.ipynb").read_text()
-        if assignment not in SLOW:
+        if assignment not in SLOW + HALF_ELSEWHERE:
             found["half", assignment] = json.dumps(_half(assignment))
     for student in DEMO_STUDENTS:
         found[student, DEMO_ASSIGNMENT] = (DEMO_ROOT / DEMO_ASSIGNMENT / student / f"{DEMO_ASSIGNMENT}.ipynb").read_text()
