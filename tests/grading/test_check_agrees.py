@@ -223,9 +223,7 @@ def judged(tmp_path_factory):
 
 
 def _grade_ids_of_tests(course: Course, assignment: str) -> set[str]:
-    source = json.loads((course.solutions / assignment / f"{assignment}.ipynb").read_text())
-    return {nbgrader_meta(c)["grade_id"] for c in source["cells"]
-            if nbgrader_meta(c).get("grade") and not nbgrader_meta(c).get("solution")}
+    return set(_points_of_tests(course, assignment))
 
 
 def _points_of_tests(course: Course, assignment: str) -> dict[str, float]:

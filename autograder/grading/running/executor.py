@@ -57,7 +57,7 @@ from autograder.grading.running.child import child_main
 from autograder.grading.running.confinement.limits import Limits, confine, notebook_budget
 from autograder.grading.running.confinement.environment import kept
 from autograder.grading.running.judging.examinee import Examinee, program
-from autograder.grading.running.messages.protocol import Messages, ProtocolError, error_output, start, tell
+from autograder.grading.running.messages.protocol import Messages, ProtocolError, crash_line, error_output, start, tell
 from autograder.grading.running.judging.referee import HIDDEN_BEGIN, visible_source
 from autograder.grading.running.judging.referee_process import RefereeProcess
 from autograder.grading.running.confinement.sandbox import UID_BASE
@@ -213,7 +213,7 @@ def execute(cells: list[dict], cwd: str, limits: Limits = Limits(),
                 elif kind == "crash":
                     # Student code runs in this process and can break it too (or the grader has a bug):
                     # this notebook stops here, the batch goes on.
-                    why = "the grading process failed: " + (message[1].strip().splitlines() or ["?"])[-1][:500]
+                    why = "the grading process failed: " + crash_line(message[1], 500)
                     if running is not None:
                         _append(result, running, error_output("DeadKernelError", why))
                     result.status, result.cell, result.detail = "kernel died", running, why

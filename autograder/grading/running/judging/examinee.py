@@ -47,7 +47,8 @@ from autograder.grading.running.confinement import audit, lifetime, one_thread, 
 
 from autograder.grading.running.judging import scan
 from autograder.grading.running.confinement.limits import CellTimeout, Limits, isolate
-from autograder.grading.running.messages.protocol import ProtocolError, receive, send, send_crash, start, tell
+from autograder.grading.running.messages.protocol import (ProtocolError, crash_line, receive, send, send_crash, start,
+                                                             tell)
 from autograder.grading.running.judging.referee import _is_definition, _statements, ipython_python, visible_source
 from autograder.grading.running.confinement.sandbox import UID_BASE
 
@@ -161,7 +162,7 @@ class Examinee:
 def _crashed(message) -> str:
     """What the examinee's own crash report (``["crash", traceback]``: a bug in the grader) says, in one line."""
     if isinstance(message, list) and len(message) == 2 and message[0] == "crash" and isinstance(message[1], str):
-        return "it failed (a bug in the grader): " + (message[1].strip().splitlines() or ["?"])[-1][:300]
+        return "it failed (a bug in the grader): " + crash_line(message[1], 300)
     return ""
 
 

@@ -161,6 +161,11 @@ def start(context, target, args: tuple, name: str):
     return process, ours
 
 
+def crash_line(traceback_text: str, limit: int) -> str:
+    """The last line of a ``["crash", traceback]`` report (the error itself), at most ``limit`` characters."""
+    return (traceback_text.strip().splitlines() or ["?"])[-1][:limit]
+
+
 def send_crash(connection, error: BaseException) -> None:
     """Tell the grader that this process (a notebook's, the referee's, an examinee's) failed with ``error``:
     a bug in the grader, or student code that broke it; the grader then fails what is left and says so."""
