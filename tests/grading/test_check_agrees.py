@@ -164,6 +164,29 @@ def _run(course: Course, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=900)
 
 
+# Several commands run by the command line's own `main`, one after the other in one Python: what a shell's runs
+# of them do, but for the interpreter and the warm process (torch, ~5 s of CPU) started once, not once each.
+ONE_PYTHON = """
+import contextlib, io, json, sys
+from autograder.cli import main
+printed = []
+for command in json.loads(sys.argv[1]):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(command)
+    printed.append([code, out.getvalue(), err.getvalue()])
+print(json.dumps(printed))
+"""
+
+
+def _run_in_one_python(course: Course, commands: list[list[str]]) -> list[subprocess.CompletedProcess]:
+    ran = subprocess.run([sys.executable, "-c", ONE_PYTHON, json.dumps(commands)], cwd=course.root,
+                         env=course.environment(), capture_output=True, text=True, timeout=1800)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    return [subprocess.CompletedProcess(command, code, out, err)
+            for command, (code, out, err) in zip(commands, json.loads(ran.stdout.splitlines()[-1]), strict=True)]
+
+
 def _half(assignment: str) -> dict:
     """The release with the first half of the answers filled in (in the notebook's order)."""
     answers = solution_answers(REPO, assignment)
@@ -198,14 +221,15 @@ def judged(tmp_path_factory):
         folder.mkdir(parents=True)
         (folder / f"{assignment}.ipynb").write_text(text, encoding="utf-8")
     first_lines = {}  # grade's first line of stderr, for each assignment
-    for assignment in course.assignments():
-        graded = _run(course, "grade", assignment)
+    grading = [["grade", assignment] for assignment in course.assignments()] + [["feedback", DEMO_ASSIGNMENT]]
+    *grades, feedback = _run_in_one_python(course, grading)
+    assert feedback.returncode == 0, feedback.stdout + feedback.stderr
+    for assignment, graded in zip(course.assignments(), grades, strict=True):
         assert graded.returncode == 0, graded.stdout + graded.stderr
         first_lines[assignment] = graded.stderr.splitlines()[0]
         # no test cell's points are decided in a student's process (this and the solutions' full marks below
         # are what test_notebooks.py leaves to this file for all but a few assignments)
         assert "every test cell's points (" in graded.stdout + graded.stderr, (assignment, graded.stdout)
-    assert _run(course, "feedback", DEMO_ASSIGNMENT).returncode == 0
     with Gradebook(f"sqlite:///{course.grading / 'gradebook.db'}", "custom-autograd-functions") as gb:
         by_grade = {(s.student.id, a): {g.name: g.auto_score for nb in s.notebooks for g in nb.grades}
                     for a in course.assignments() for s in gb.find_assignment(a).submissions}

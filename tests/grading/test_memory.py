@@ -59,7 +59,14 @@ for pid, report_r, _ in children:  # until each is done, refused or stopped (its
     while not text.endswith((b"done ", b"refused ")) and (chunk := os.read(report_r, 100)):
         text += chunk
     reports[pid] = text.decode().split()
-alive = {pid for pid, _, _ in children if os.waitpid(pid, os.WNOHANG) == (0, 0)}
+# A child whose pipe ended before it said done or refused was stopped by the kernel (reaped here: a killed child
+# can still look alive to a waitpid(WNOHANG) in the moment between its pipe closing and its exit)
+alive = set()
+for pid, report in reports.items():
+    if report[-1:] in (["done"], ["refused"]):
+        alive.add(pid)
+    else:
+        os.waitpid(pid, 0)
 held = sum(20 * r.count("20") for pid, r in reports.items() if pid in alive)
 for pid, _, go_w in children:
     os.close(go_w)
