@@ -49,7 +49,9 @@ for _ in range(4):
             os.write(report_w, b"done ")
         except MemoryError:
             os.write(report_w, b"refused ")
-        os.read(go_r, 1)
+        if os.read(go_r, 1) == b"?":  # asked whether it still lives: it says so, then waits to be let go
+            os.write(report_w, b"alive ")
+            os.read(go_r, 1)
         os._exit(0)
     os.close(report_w)
     children.append((pid, report_r, go_w))
@@ -59,19 +61,21 @@ for pid, report_r, _ in children:  # until each is done, refused or stopped (its
     while not text.endswith((b"done ", b"refused ")) and (chunk := os.read(report_r, 100)):
         text += chunk
     reports[pid] = text.decode().split()
-# A child whose pipe ended before it said done or refused was stopped by the kernel (reaped here: a killed child
-# can still look alive to a waitpid(WNOHANG) in the moment between its pipe closing and its exit)
+# Who is still alive, once no child allocates any more: the kernel's OOM killer may have stopped any child, one that
+# said done while another allocated included (it picks the largest), and a stopped child never runs again, so one
+# that answers now lives on; the pipe of one stopped ends (a waitpid(WNOHANG) could still see it alive for a moment)
 alive = set()
-for pid, report in reports.items():
-    if report[-1:] in (["done"], ["refused"]):
-        alive.add(pid)
-    else:
-        os.waitpid(pid, 0)
+for pid, report_r, go_w in children:
+    try:
+        os.write(go_w, b"?")
+        if os.read(report_r, 100) == b"alive ":
+            alive.add(pid)
+    except BrokenPipeError:
+        pass
 held = sum(20 * r.count("20") for pid, r in reports.items() if pid in alive)
 for pid, _, go_w in children:
     os.close(go_w)
-    if pid in alive:
-        os.waitpid(pid, 0)
+    os.waitpid(pid, 0)
 print("FOUND " + json.dumps({"started": len(children), "alive": len(alive), "held_mb": held, "refused": refused,
                              "reported_mb": [20 * r.count("20") for r in reports.values()]}))
 """
