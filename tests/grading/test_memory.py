@@ -89,8 +89,10 @@ def _run(tmp_path, limits: Limits) -> tuple[dict, object]:
 
 
 def _left_cgroups() -> list[str]:
+    """The sandbox cgroups whose sandbox is gone (named by its outer process; other tests' sandboxes may be alive)."""
     found = memory.hierarchy()
-    return [n for n in os.listdir(found[0]) if n.startswith(memory.PREFIX)] if found else []
+    return [n for n in os.listdir(found[0]) if n.startswith(memory.PREFIX)
+            and not os.path.exists(f"/proc/{n.removeprefix(memory.PREFIX)}")] if found else []
 
 
 @pytest.mark.parametrize("mode", ["namespaces", "landlock"])
