@@ -52,8 +52,8 @@ def test_demo_notebooks_are_committed_without_outputs():
 @pytest.mark.slow
 def test_nbgrader_autograde_grades_no_notebook_that_is_not_one(course_copy):
     """The demo's ungraded student under plain `nbgrader autograde` (expected_scores.json's note): an error, exit 1,
-    the submission in the gradebook with no scores. The others' scores under nbgrader, and under `grade`, are the
-    bench's test (test_grading.py)."""
+    the submission in the gradebook with no scores. The others' scores under `grade` are test_grading.py's demo tests;
+    under nbgrader, its bench test's (ada, ben and chen) and `make bench-grade`'s (all)."""
     course = course_copy
     course.nbgrader("generate_assignment", ASSIGNMENT, "--force", "--log-level=ERROR")
     ungradable = [s for s, score in EXPECTED["scores"].items() if score is None]

@@ -196,20 +196,21 @@ def test_errors_are_one_clear_line(course_copy):
 
 @pytest.mark.slow
 def test_bench_grades_the_demo_class_as_nbgrader_does_and_prints_both_times(tmp_path):
-    """A small bench (make bench-grade runs 40): one submission of each demo notebook, graded by plain
+    """A small bench (make bench-grade runs 40, every demo notebook five times): one submission of each of the first
+    three demo notebooks (ada: all right; ben: two exercises not done; chen: a hidden test fails), graded by plain
     `nbgrader autograde` with the scores the demo documents and the same scores from `grade`, and the figures
-    printed. Which is faster is measured by `make bench-grade`, not asserted here. (gus's file, not a notebook,
-    is no bench submission: grade's row for it is tested with the demo.)"""
+    printed. Which is faster is measured by `make bench-grade`, not asserted here."""
     from autograder.grading.bench import bench
 
-    graded = {s: score for s, score in EXPECTED["scores"].items() if score is not None}
+    readable = {s: score for s, score in EXPECTED["scores"].items() if score is not None}  # (gus's is no notebook)
+    first = dict(sorted(readable.items())[:3])
     printed = io.StringIO()
-    result = bench(Course(REPO), students=len(graded), out=printed)
+    result = bench(Course(REPO), students=len(first), out=printed)
     assert result["differences"] == {}
-    assert {student.split("-", 1)[1]: score for student, score in result["scores"].items()} == graded
+    assert {student.split("-", 1)[1]: score for student, score in result["scores"].items()} == first
     assert result["ours_seconds"] > 0 and result["nbgrader_seconds"] > 0
     for label in ("nbgrader autograde:", "autograder grade:", "speed-up:",
-                  f"scores identical for all {len(graded)} students"):
+                  f"scores identical for all {len(first)} students"):
         assert label in printed.getvalue(), printed.getvalue()
 
 
