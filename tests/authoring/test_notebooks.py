@@ -146,11 +146,12 @@ def test_every_exercise_is_stated_tested_visibly_and_hidden(assignment):
 # Every solution and every blank release is run more than once elsewhere, so here (nbgrader's Validator, what
 # `make validate` and JupyterLab's Validate button run) only the assignments whose Validate output has a story of
 # its own: 01 (the first a student validates), 09 and 10 (torch.library.opcheck wraps a blank's NotImplementedError
-# in its own error), 11 (kernels under the interpreter). The others are covered where they cost nothing extra:
+# in its own error; 10's kernels run under the interpreter, as 11's do). The others are covered where they cost
+# nothing extra:
 # every solution runs top to bottom in a plain Jupyter kernel with no error in the book's first build
 # (test_book.py, nb_execution_raise_on_error), and gets full marks, every blank none, under `grade`, every test
 # cell decided by the referee, `check` agreeing on a sample that covers every assignment (test_check_agrees.py).
-VALIDATED = ("01_first_function", "09_production_pytorch", "10_triton_kernels", "11_flash_attention")
+VALIDATED = ("01_first_function", "09_production_pytorch", "10_triton_kernels")
 
 
 @pytest.mark.slow

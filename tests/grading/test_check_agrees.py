@@ -3,10 +3,11 @@
 One course copy (the instructor's checkout: solutions/ present). Every assignment's solution
 notebook, blank release and a half-done notebook (the first half of the answers filled in; not for the
 slowest three, nor for 10), the demo class's notebooks of 01 and a notebook that probes its sandbox are graded with
-`grade`: every solution gets full marks and every blank none, each test cell decided by the referee. `check`
-judges every assignment in at least one of them (``CHECKED``: the demo class, the probe, every half-done
-notebook, the solutions of the slowest three and of 10, the blanks of 01 and 10); each test's verdict must
-be the same in both.
+`grade` (its command line's `main`, once per assignment, in one Python): every solution gets full marks and every
+blank none, each test cell decided by the referee. `check` judges every assignment in at least one of them
+(``checked_too``: the demo class, the probe, every half-done notebook, 07's solution, the blanks of 01, 09, 10
+and 11); each test's verdict must be the same in both. (`check` gives full marks to 09's filled-in notebook in
+test_selfcheck.py, and to 10's and 11's in the students' edition in test_publish.py.)
 
 The probe (a given cell put into the copy's 01, so that it runs whole in the examinee too, and made the
 probing notebook's Cube) reports, in a failing test's message, everything a process can find out about
@@ -51,8 +52,8 @@ def checked_too(student: str, assignment: str) -> bool:
     """Whether `check` judges this notebook too (``grade`` judges them all): every assignment in one way at least,
     each kind of notebook in several assignments, not every pair (each run of a solution costs seconds)."""
     return (student not in ("solution", "blank") or (student, assignment) in (
-        ("solution", "07_gpu_timing"), ("solution", "09_production_pytorch"), ("solution", "10_triton_kernels"),
-        ("solution", "11_flash_attention"), ("blank", "01_first_function"), ("blank", "10_triton_kernels")))
+        ("solution", "07_gpu_timing"), ("blank", "01_first_function"), ("blank", "09_production_pytorch"),
+        ("blank", "10_triton_kernels"), ("blank", "11_flash_attention")))
 
 # The probe: a given cell (tagged setup: the examinee runs it whole) that makes Cube report what it finds.
 PROBE = '''
