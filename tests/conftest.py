@@ -7,6 +7,7 @@ tests run on a bare CUDA machine that has torch and pytest and nothing else
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import secrets
@@ -144,6 +145,36 @@ def course_copy(tmp_path) -> Course:
         shutil.copytree(REPO / folder, tmp_path / folder)
     (tmp_path / "grading").mkdir()
     return Course(tmp_path)
+
+
+@dataclass
+class DemoRun:
+    """A course copy in which `python -m autograder demo` ran (the demo class graded in its own workspace, build/demo/,
+    with feedback, report, similarity and export), and what the command printed."""
+
+    root: Path
+    run: subprocess.CompletedProcess
+
+
+@pytest.fixture(scope="session")
+def demo_run(tmp_path_factory, worker_id) -> DemoRun:
+    """`python -m autograder demo` run once for the whole test run, in a course copy: the first test process to ask
+    runs it (a file lock keeps the others waiting), the others find it. Read it, or copy it to change it."""
+    from autograder.course import Course
+
+    # pytest-xdist's workers share the folder above their own temporary folders (one run's: its name is new each run)
+    shared = tmp_path_factory.getbasetemp() if worker_id == "master" else tmp_path_factory.getbasetemp().parent
+    root, printed = shared / "demo-ran", shared / "demo-ran.json"
+    with open(shared / "demo-ran.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # (released when the file closes)
+        if not printed.exists():
+            for folder in ("solutions", "course"):
+                shutil.copytree(REPO / folder, root / folder)
+            course = Course(root)
+            run = subprocess.run([sys.executable, "-m", "autograder", "demo"], cwd=root, env=course.environment(),
+                                 capture_output=True, text=True, timeout=600)
+            printed.write_text(json.dumps([run.args, run.returncode, run.stdout, run.stderr]))
+    return DemoRun(root, subprocess.CompletedProcess(*json.loads(printed.read_text())))
 
 
 @dataclass

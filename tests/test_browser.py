@@ -147,15 +147,12 @@ def test_student_fills_an_exercise_runs_all_and_validates(course_copy, page, tmp
 
 
 @pytest.fixture(scope="module")
-def graded_class(tmp_path_factory) -> Path:
+def graded_class(demo_run) -> Path:
     """A course copy in which `python -m autograder demo` ran once: the demo class graded in the demo's own
-    workspace (build/demo/), feedback and report written; the course's own grading/ untouched."""
-    root = tmp_path_factory.mktemp("graded-class")
-    for folder in ("solutions", "course"):
-        shutil.copytree(REPO / folder, root / folder)
+    workspace (build/demo/), feedback and report written; the course's own grading/ untouched. (Each test copies it.)"""
+    assert demo_run.run.returncode == 0, demo_run.run.stdout + demo_run.run.stderr
+    root = demo_run.root
     course = Course(root)
-    subprocess.run([sys.executable, "-m", "autograder", "demo"], cwd=course.root, env=course.environment(),
-                   check=True, capture_output=True, timeout=600)
     demo = Course(course.root / WORKSPACE)
     assert (demo.grading / "grades.csv").is_file() and not (course.grading / "grades.csv").exists()
     assert not (course.grading / "deadlines.json").exists() and not (course.grading / "submitted").exists()
