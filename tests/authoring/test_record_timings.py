@@ -258,9 +258,8 @@ def test_silu_matches_torch():
 def test_compiled_fused_bias_gelu_matches_torch_and_keeps_only_its_inputs():
     """torch.compile (inductor's C++ backend here, Triton on CUDA) turns each pass into one kernel."""
     check_function(timed_functions.FusedBiasGELU, lambda x, b: F.gelu(x + b), torch.randn(4, 8), torch.randn(8))
-    check_function(timed_functions.FusedBiasGELU, lambda x, b: F.gelu(x + b), torch.randn(6), torch.randn(6))
-    x, bias = torch.randn(100, 8), torch.randn(8)
-    assert bench.saved_bytes(timed_functions.FusedBiasGELU.apply, x, bias) == 4 * (800 + 8)
+    x, bias = torch.randn(4, 8), torch.randn(8)  # (the same shapes: each new one compiles again, seconds each)
+    assert bench.saved_bytes(timed_functions.FusedBiasGELU.apply, x, bias) == 4 * (32 + 8)
 
 
 def test_exercise_3_s_function_is_the_solution_notebook_s_and_compiles_whole_in_its_caller():
