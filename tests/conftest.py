@@ -174,7 +174,9 @@ def demo_run(tmp_path_factory, worker_id) -> DemoRun:
             run = subprocess.run([sys.executable, "-m", "autograder", "demo"], cwd=root, env=course.environment(),
                                  capture_output=True, text=True, timeout=600)
             printed.write_text(json.dumps([run.args, run.returncode, run.stdout, run.stderr]))
-    return DemoRun(root, subprocess.CompletedProcess(*json.loads(printed.read_text())))
+    run = subprocess.CompletedProcess(*json.loads(printed.read_text()))
+    assert run.returncode == 0, run.stdout + run.stderr  # (each worker that asks fails the same way)
+    return DemoRun(root, run)
 
 
 @dataclass

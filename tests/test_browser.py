@@ -26,7 +26,7 @@ from autograder.course import Course
 from autograder.grading.demo.make_demo import DEMO_ROOT
 from autograder.grading.demo.workspace import WORKSPACE
 from browsing import Steps
-from conftest import REPO, filled_release, nbgrader_meta, read_notebook, running_jupyter, solution_answers, source
+from conftest import filled_release, nbgrader_meta, read_notebook, running_jupyter, solution_answers, source
 
 pytestmark = pytest.mark.slow
 
@@ -150,13 +150,11 @@ def test_student_fills_an_exercise_runs_all_and_validates(course_copy, page, tmp
 def graded_class(demo_run) -> Path:
     """A course copy in which `python -m autograder demo` ran once: the demo class graded in the demo's own
     workspace (build/demo/), feedback and report written; the course's own grading/ untouched. (Each test copies it.)"""
-    assert demo_run.run.returncode == 0, demo_run.run.stdout + demo_run.run.stderr
-    root = demo_run.root
-    course = Course(root)
+    course = Course(demo_run.root)
     demo = Course(course.root / WORKSPACE)
     assert (demo.grading / "grades.csv").is_file() and not (course.grading / "grades.csv").exists()
     assert not (course.grading / "deadlines.json").exists() and not (course.grading / "submitted").exists()
-    return root
+    return demo_run.root
 
 
 def prepare_graded_class(graded_class: Path, tmp_path: Path) -> tuple[Course, dict[str, tuple[float, float]]]:

@@ -55,7 +55,6 @@ def hidden_test_lines(course: Course, assignment: str) -> list[str]:
 def demo(tmp_path_factory, demo_run) -> tuple[Course, subprocess.CompletedProcess]:
     """The demo's own workspace after `python -m autograder demo` has run once in a course copy (this file's copy of
     the run's course: the tests here grade it again)."""
-    assert demo_run.run.returncode == 0, demo_run.run.stdout + demo_run.run.stderr
     root = tmp_path_factory.mktemp("demo-course") / "course"
     shutil.copytree(demo_run.root, root)
     return Course(root / WORKSPACE), demo_run.run
