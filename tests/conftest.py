@@ -32,6 +32,9 @@ import pytest
 
 from browsing import CHROMIUM_ARGS, find_chromium
 
+# Every run ends with its slowest tests, their wall-clock and the CPU their processes used (tests/timings.py).
+pytest_plugins = ("timings",)
+
 REPO = Path(__file__).resolve().parent.parent
 
 
