@@ -41,7 +41,10 @@ lab: install  ## Open the student notebooks (course/) in JupyterLab
 # file's tests stay on one worker, so a file's costly fixtures (a graded class, the book) are made
 # once per file; the longest files start first (tests/conftest.py: pytest_collection_modifyitems;
 # --no-loadscope-reorder keeps that order, which xdist otherwise replaces by the number of tests a file has).
-TEST_WORKERS ?= auto
+# `logical`, not xdist's `auto`: `auto` counts physical cores (psutil), so a machine of 2 hyperthreads on one core, or
+# a virtual machine whose /proc/cpuinfo names no cores (psutil finds none: xdist then falls back to 1), runs ONE
+# worker, and the suite takes about twice as long. The end of the run says how many workers ran (tests/timings.py).
+TEST_WORKERS ?= logical
 
 test: install browser postgres  ## Run the whole test suite (what CI runs)
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder

@@ -82,7 +82,13 @@ def machine_facts() -> str:
                 f"{f'v{found[1]}' if found else 'none (one process)'}")
     except Exception as error:  # noqa: BLE001 (a bare GPU machine has no grader: the line says so)
         mode = f"; grading sandbox unknown ({type(error).__name__})"
-    return (f"{os.cpu_count()} cores ({model or platform.machine()}), {memory}, load {load}, "
+    try:
+        import psutil
+
+        physical = f", {psutil.cpu_count(logical=False) or 'unknown'} physical"
+    except ImportError:
+        physical = ""
+    return (f"{os.cpu_count()} cores{physical} ({model or platform.machine()}), {memory}, load {load}, "
             f"uid {os.geteuid()}{mode}")
 
 
@@ -133,7 +139,8 @@ def pytest_terminal_summary(terminalreporter) -> None:
         return
     write = terminalreporter.write_line
     terminalreporter.section(f"the {SLOWEST} slowest tests: wall-clock and the CPU of their processes")
-    write(f"machine: {terminalreporter.config._autograder_machine}")
+    workers = terminalreporter.config.getoption("numprocesses", None)
+    write(f"machine: {terminalreporter.config._autograder_machine}; test workers: {workers or 1}")
     write(f"CPU counted by {' and '.join(sorted(_counted_by))}; a test whose CPU is well under its "
           "wall-clock waited (for a core, a subprocess, a timeout, the disk)")
     write(f"{'wall s':>8} {'CPU s':>8}  {'waited':>6}  test (setup + call + teardown)")
