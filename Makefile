@@ -140,7 +140,7 @@ self-study-dist: install  ## The self-study edition, WITH solutions: dist/self-s
 book: install  ## Build the course as a website in book/ (Sphinx + MyST-NB; runs cached in build/book/)
 	$(BIN)/python -m autograder book
 
-book-serve: install  ## Build the book, then serve it at http://127.0.0.1:8000/ (search with excerpts) until Ctrl-C
+book-serve: install  ## Build the book, then serve it at http://127.0.0.1:8000/ (as a web server would) until Ctrl-C
 	$(BIN)/python -m autograder book --serve
 
 clean:  ## Remove the instructor workspace (grading/), book/, dist/, the demo (build/demo) and caches; keeps .venv

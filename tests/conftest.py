@@ -217,8 +217,11 @@ def built_book(tmp_path_factory) -> BuiltBook:
 
 
 @pytest.fixture(scope="module")
-def browser():
-    """Debian's chromium, headless, for a test file; skips, saying why, where it is not installed."""
+def browser(request):
+    """Debian's chromium, headless, for a test file; skips, saying why, where it is not installed. Playwright
+    hides every scroll bar in headless mode; a test file that sets ``OVERLAY_SCROLL_BARS = True`` gets overlay
+    scroll bars instead, as on macOS or a phone: they take no room and show only where the page styles one
+    (the book's tests measure them)."""
     from playwright.sync_api import sync_playwright
 
     chromium = find_chromium()
@@ -226,7 +229,10 @@ def browser():
         pytest.skip("Debian's chromium is not installed (no /usr/bin/chromium, none on PATH, $CHROMIUM "
                     "unset): `make browser` installs it with apt-get")
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        overlay = getattr(request.module, "OVERLAY_SCROLL_BARS", False)
+        browser = playwright.chromium.launch(
+            executable_path=chromium, args=CHROMIUM_ARGS + (["--enable-features=OverlayScrollbar"] if overlay else []),
+            ignore_default_args=["--hide-scrollbars"] if overlay else None)
         yield browser
         browser.close()
 

@@ -21,8 +21,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--work", type=Path,
                         help="folder for Sphinx's sources, doctrees and the execution cache (default: build/book/)")
     parser.add_argument("--serve", nargs="?", type=int, const=8000, default=None, metavar="PORT",
-                        help="after building, serve the book at http://127.0.0.1:PORT/ (default 8000) until Ctrl-C: "
-                             "search then shows each result's excerpt, which browsers refuse to fetch from disk")
+                        help="after building, serve the book at http://127.0.0.1:PORT/ (default 8000) until Ctrl-C, "
+                             "as a web server would (opened from disk the book works too, search included)")
 
 
 def run(args, course: Course) -> int:
@@ -31,8 +31,7 @@ def run(args, course: Course) -> int:
     built = build(course, args.output or course.root / "book", args.assignments, args.work)
     print(f"notebooks executed: {len(built.executed)} ({', '.join(built.executed) or 'all from the cache'})")
     if args.serve is None:
-        print(f"open {built.index} in a browser (search lists titles only from disk; for its excerpts, serve the "
-              f"book: make book-serve, or python -m autograder book --serve)")
+        print(f"open {built.index} in a browser (it works from disk, offline; make book-serve serves it over HTTP)")
         return 0
     with server(built.index.parent, args.serve) as http:
         print(f"serving the book at http://127.0.0.1:{http.server_address[1]}/ (Ctrl-C stops it)", flush=True)

@@ -109,7 +109,7 @@ def grade(course: Course, assignment: str, jobs: int | None = None, limits: Limi
         grader = _Grader(course, assignment, limits)
         students = grader.submitted_students()
         rows: dict[str, Row] = {}
-        bar = GradingProgress(len(students), progress)
+        bar = GradingProgress(len(students), progress, _what_grading_takes(course, assignment, len(students), jobs))
         tasks = _prepared_tasks(grader, students, force, rows, bar, warm=not scheduler)
         for task, execution in _run(tasks, jobs, scheduler):
             row = grader.finish_task_or_say_why(task, execution)
@@ -122,6 +122,16 @@ def grade(course: Course, assignment: str, jobs: int | None = None, limits: Limi
         write_grades_csv(course, assignment, result)
         bar.close()
         return result
+
+
+def _what_grading_takes(course: Course, assignment: str, count: int, jobs: int) -> str:
+    """The line above the progress: how many submissions, how many at a time, and a word when each is a slow one."""
+    line = (f"{count} submissions of {assignment}: those graded before and unchanged are kept, the others "
+            f"graded {min(jobs, count)} at a time")
+    if any("import triton" in path.read_text(encoding="utf-8") for path in course.notebooks(assignment)):
+        line += ("\nits notebooks run their Triton kernels in Triton's interpreter on the CPU, which takes longer "
+                 "than most assignments' notebooks (the grading guide's 'Times by assignment')")
+    return line
 
 
 def _prepared_tasks(grader: "_Grader", students: list[str], force: bool, rows: dict[str, Row], bar: "GradingProgress",

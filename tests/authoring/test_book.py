@@ -30,6 +30,7 @@ from browsing import Steps
 from conftest import CLASS_REPOSITORY, REPO, read_notebook, source
 
 pytestmark = pytest.mark.slow
+OVERLAY_SCROLL_BARS = True  # conftest's browser: a scroll bar shows only where the page styles one (macOS, phones)
 
 
 class Page(HTMLParser):
@@ -261,6 +262,28 @@ def _edit_first_cell(course: Course, cell_type: str, text: str) -> None:
     solution.write_text(json.dumps(notebook, indent=1), encoding="utf-8")
 
 
+def test_a_build_says_each_page_and_notebook_and_its_kernels_warn_of_nothing(built_book, tmp_path, capfd):
+    """Issue 47: a line per page read and the time of each notebook run, instead of Sphinx's screenful; and no
+    kernel warning on stderr (ipykernel's about plain TCP came once per chapter: the kernels now get CurveZMQ
+    keys). capfd sees the kernels' own stderr, which they inherit."""
+    course = _copy_of_the_built_course(built_book, tmp_path)
+    _edit_first_cell(course, "code", "\nprint('run again')\n")
+    capfd.readouterr()
+    built = build(course, tmp_path / "book", ["01_first_function"], work=tmp_path / "work")
+    out, err = capfd.readouterr()
+    assert built.executed == ["01_first_function/01_first_function"]
+    assert "IPKernelApp" not in err and "encryption" not in err, err  # no line of a kernel's own log
+    lines = out.splitlines()
+    read = {number: re.fullmatch(r" *\[ *(\d+)/(\d+)\] (\S+)", line) for number, line in enumerate(lines)}
+    read = {number: match.groups() for number, match in read.items() if match}
+    total = int(next(iter(read.values()))[1])
+    assert [int(page[0]) for page in read.values()] == list(range(1, total + 1)), lines  # every page, counted
+    [first] = [number for number, page in read.items() if page[2] == "01_first_function/01_first_function"]
+    ran = [number for number, line in enumerate(lines) if re.fullmatch(r" +ran its notebook in \d+ s", line)]
+    assert ran == [first + 1], lines  # under its chapter, the one notebook that ran
+    assert "Running Sphinx" not in out and "MdParserConfig" not in out  # Sphinx's own messages are left out
+
+
 def test_a_warning_fails_the_build(built_book, tmp_path, capsys):
     """A broken link in a chapter's text: Sphinx's warning is an error (no notebook runs: the code is cached)."""
     course = _copy_of_the_built_course(built_book, tmp_path)
@@ -346,6 +369,9 @@ def test_reader_uses_the_book_offline(built_book, page):
         page.wait_for_url(re.compile(r"/search\.html\?q=gradgradcheck"))
         result = page.locator("#search-results a[href*='06_checking_gradients']").first
         result.wait_for()
+        # each result with its excerpt, read from the page's text script (book-search.js), not a refused request
+        chapter_result = page.locator("#search-results li").filter(has=page.locator("a[href*='06_checking_gradients']"))
+        expect(chapter_result.first.locator("p.context")).to_contain_text("gradgradcheck")
 
     with steps.step("open the result"):
         result.click()
@@ -415,8 +441,9 @@ def test_reader_uses_the_book_offline(built_book, page):
 
 
 def test_the_served_book_shows_search_excerpts_and_its_code_fits_the_column(built_book, page):
-    """Served over HTTP (`make book-serve`), search shows each result's excerpt, which browsers refuse to fetch from
-    disk; and at 1280 px no code or output block of 07 or 10 hides behind a sideways scroll bar (issue 40)."""
+    """Served over HTTP (`make book-serve`), search shows each result's excerpt as Sphinx fetches it (from disk the
+    book gives them itself: see the offline test); and at 1280 px no code or output block of 07 or 10 hides behind
+    a sideways scroll bar (issue 40)."""
     http = server(built_book.output, 0)
     threading.Thread(target=http.serve_forever, daemon=True).start()
     base = f"http://127.0.0.1:{http.server_address[1]}"
@@ -438,3 +465,52 @@ def test_the_served_book_shows_search_excerpts_and_its_code_fits_the_column(buil
     finally:
         http.shutdown()
         http.server_close()
+
+
+# A laptop's window and a narrow one (issue 47), and a phone's, where book.js sets some formulas smaller and book.css
+# shows the scroll bar of those still too wide.
+WIDTHS = (1280, 800, 400)
+EQUATIONS = """() => {
+  const column = document.querySelector("article.bd-article").getBoundingClientRect();
+  return [...document.querySelectorAll('article.bd-article mjx-container[display="true"]')].map(box => {
+    const edges = box.getBoundingClientRect();
+    return {formula: box.querySelector("mjx-assistive-mml")?.textContent.slice(0, 50) ?? "",
+            in_column: edges.left >= column.left - 1 && edges.right <= column.right + 1,
+            fits: box.scrollWidth <= box.clientWidth + 1,
+            scroll_bar: getComputedStyle(box).overflowX === "auto" && box.offsetHeight - box.clientHeight >= 4,
+            size: box.firstElementChild.style.fontSize || "100%"};
+  });
+}"""
+NEXT_FRAMES = "() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))"
+
+
+def test_every_display_equation_fits_the_column_or_shows_a_scroll_bar(built_book, page):
+    """Issue 47: 11's formulas ran past the column at 1280 px with no scroll bar in sight (LayerNorm's dL/db was not
+    on screen). Every display formula of every page, folded ones opened, at each width, in a browser whose scroll
+    bars show only where the page styles them: inside the column, and either all of it visible or a scroll bar
+    under it that takes room (so it is drawn), set no smaller than 80% to fit."""
+    steps = Steps(page, "book-equations")
+    pages = [path for path in sorted(built_book.output.rglob("*.html")) if "_static" not in path.parts
+             and '<div class="math notranslate nohighlight">' in path.read_text(encoding="utf-8")]
+    assert len(pages) >= 8, pages
+    shown = 0
+    for path in pages:
+        with steps.step(f"the formulas of {path.stem} at {', '.join(map(str, WIDTHS))} px"):
+            page.set_viewport_size({"width": WIDTHS[0], "height": 900})
+            page.goto(path.as_uri())
+            page.evaluate("() => MathJax.startup.promise")
+            page.evaluate("() => document.querySelectorAll('article details').forEach(block => block.open = true)")
+            expected = path.read_text(encoding="utf-8").count('<div class="math notranslate nohighlight">')
+            for width in WIDTHS:
+                page.set_viewport_size({"width": width, "height": 900})
+                page.evaluate(NEXT_FRAMES)  # the resize (and toggle) events have run book.js's fitting
+                assert page.evaluate("() => innerWidth - document.documentElement.clientWidth") == 0, \
+                    "this browser's scroll bars take room even unstyled: an unstyled one would pass for shown"
+                equations = page.evaluate(EQUATIONS)
+                assert len(equations) == expected, f"{len(equations)} formulas rendered of {expected}"
+                cut = [e for e in equations if not (e["in_column"] and (e["fits"] or e["scroll_bar"]))]
+                assert not cut, f"{path.name} at {width} px: {len(cut)} formulas cut off: {cut}"
+                small = [e for e in equations if float(e["size"].rstrip("%")) < 80]
+                assert not small, f"{path.name} at {width} px: formulas set below 80%: {small}"
+                shown += len(equations)
+    assert shown >= 25 * len(WIDTHS), shown

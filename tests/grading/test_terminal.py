@@ -27,6 +27,20 @@ def test_grading_progress_in_a_log_prints_count_and_time_left():
     assert re.fullmatch(r"grading 3/4 ben \(\d+:\d\d elapsed, \d+:\d\d left\)", lines[1]), lines
 
 
+def test_grading_says_first_how_many_at_a_time_and_that_kernel_notebooks_are_slow(course):
+    """Issue 47: `grade` of 10 or 11 said nothing before its first notebook ended, a minute later on a busy machine."""
+    from autograder.grading.grade import _what_grading_takes
+
+    out = io.StringIO()
+    GradingProgress(4, out, _what_grading_takes(course, "11_flash_attention", 4, 2)).close()
+    first, second = out.getvalue().splitlines()
+    assert first == ("4 submissions of 11_flash_attention: those graded before and unchanged are kept, "
+                     "the others graded 2 at a time")
+    assert "Triton's interpreter" in second and "takes longer" in second
+    slow = [a for a in course.assignments() if "\n" in _what_grading_takes(course, a, 4, 2)]
+    assert slow == ["10_triton_kernels", "11_flash_attention"]
+
+
 def test_grading_progress_on_a_terminal_draws_a_bar_with_count_and_time_left():
     out = Terminal()
     bar = GradingProgress(4, out)

@@ -13,7 +13,9 @@ in a work folder (``build/book/`` by default) and runs Sphinx with warnings as e
   it; the notebooks' Colab setup cell (``colab``) is left out: it does nothing in the book, and the
   Colab link opens the student notebook, which has its own;
 - a hidden first cell makes every matplotlib PNG carry its figure's titles, which ``conf.py``
-  turns into the image's alt text with the chapter's title.
+  turns into the image's alt text with the chapter's title;
+- the chapters' kernels talk to the build over CurveZMQ-encrypted sockets (``_encrypted_kernels``), so
+  ipykernel has no reason to warn about plain TCP.
 
 Files are rewritten only when their content changes, so Sphinx re-reads only what changed, and a
 notebook is not executed again unless its code, its data files or ``autograder.student`` changed
@@ -28,7 +30,9 @@ import io
 import os
 import shutil
 import sys
+import time
 import zipfile
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -127,11 +131,13 @@ def build(course: Course, output: Path, assignments: list[str] | None = None,
     # grading, so the book shows the same outputs on every machine, GPU or not.
     os.environ["TRITON_INTERPRET"] = "1"
     try:
-        with patch_docutils(CONF_DIR), docutils_namespace():  # as sphinx-build does: a second build in one process works
+        # As sphinx-build does (a second build in one process works), with the kernels' sockets encrypted.
+        with patch_docutils(CONF_DIR), docutils_namespace(), _encrypted_kernels():
             app = Sphinx(str(source), str(CONF_DIR), str(output), str(work / "doctrees"), "html",
                          confoverrides={"nb_execution_cache_path": str(cache), "author": course.authors,
-                                        "copyright": course.authors}, status=sys.stdout,
+                                        "copyright": course.authors}, status=None,
                          warning=sys.stderr, warningiserror=True)
+            _Progress(app, sys.stdout)
             app.build()
     except (SphinxError, ExecutionError) as error:  # warnings are errors: a broken link, a cell that raises
         raise CourseError(f"the book did not build: {error}") from error
@@ -142,11 +148,72 @@ def build(course: Course, output: Path, assignments: list[str] | None = None,
     return Built(output / "index.html", executed)
 
 
+class _Progress:
+    """A line per page as Sphinx reads it, and the time each notebook that had to run took.
+
+    In place of Sphinx's own messages (a screenful a build, MyST-NB's settings included); warnings
+    still go to stderr. The first build runs every chapter's notebook, one after another."""
+
+    def __init__(self, app, stream):
+        self.stream, self.started, self.count, self.total = stream, time.time(), 0, 0
+        app.connect("env-before-read-docs", self.before_reading)
+        app.connect("source-read", self.reading)
+        app.connect("doctree-read", self.read)
+        app.connect("env-updated", self.writing)
+
+    def say(self, line: str) -> None:
+        print(line, file=self.stream, flush=True)
+
+    def before_reading(self, app, env, docnames) -> None:
+        self.total = len(docnames)
+        if docnames:
+            self.say(f"reading {len(docnames)} pages; a chapter runs its notebook when its code changed "
+                     f"(every chapter on the first build)")
+
+    def reading(self, app, docname, source) -> None:
+        self.count += 1
+        self.say(f"  [{self.count:{len(str(self.total))}}/{self.total}] {docname}")
+
+    def read(self, app, doctree) -> None:
+        from myst_nb.sphinx_ import NbMetadataCollector
+
+        run = NbMetadataCollector.get_exec_data(app.env, app.env.docname) or {}
+        if run.get("mtime", 0) >= self.started and run.get("runtime") is not None:  # run now, not from the cache
+            self.say(f"      ran its notebook in {run['runtime']:.0f} s")
+
+    def writing(self, app, env) -> None:
+        self.say("writing the pages, the search index and the images")
+
+
+@contextmanager
+def _encrypted_kernels():
+    """Kernels started meanwhile get CurveZMQ keys from their manager, as ipykernel asks.
+
+    ipykernel (7.4) warns on stderr, once per kernel, that it runs over TCP without encryption unless its
+    manager provisions keys (jupyter_client's ``KernelManager.transport_encryption``, "disabled" by
+    default). MyST-NB runs each chapter through jupyter-cache and nbclient, which make their kernel
+    manager with no configuration, so the policy is the managers' default while the book builds:
+    "auto" gives keys to every kernel whose kernelspec says it takes them (ipykernel's does).
+    """
+    import zmq
+    from jupyter_client.manager import KernelManager
+
+    policy = KernelManager.class_traits()["transport_encryption"]
+    before = policy.default_value
+    if zmq.has("curve"):  # a libzmq built without libsodium has no CurveZMQ: the kernels then run as before
+        policy.default_value = "auto"
+    try:
+        yield
+    finally:
+        policy.default_value = before
+
+
 def server(folder: Path, port: int = 8000):
     """An HTTP server for the built book on 127.0.0.1:``port`` (0: any free port), not yet serving.
 
-    Opened from disk the book works offline, search included, but browsers refuse the requests that fetch each
-    result's excerpt from a ``file://`` page, so search lists titles only; served over HTTP it shows them."""
+    Opened from disk the book works offline, search and its excerpts included (browsers refuse the requests
+    Sphinx's search makes for excerpts from a ``file://`` page: conf.py's page texts stand in); served over HTTP
+    it works as it will once published."""
     from functools import partial
     from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 

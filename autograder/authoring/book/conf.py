@@ -3,9 +3,12 @@
 MyST-NB reads and runs the notebooks (cached by jupyter-cache: unchanged code is not run again),
 the PyData theme gives search, the sidebar of chapters, the in-page table of contents and the
 light/dark switch; sphinx-copybutton puts a copy button on code; sphinx-mathjax-offline copies
-MathJax into the site, so formulas render without a network.
+MathJax into the site, so formulas render without a network. ``static/`` holds the book's own
+CSS and scripts: display equations fitted to the column (book.js), search excerpts when the book
+is opened from disk (book-search.js, with the page texts ``page_text_for_search`` writes).
 """
 
+import json
 from pathlib import Path
 
 from docutils import nodes
@@ -51,6 +54,7 @@ html_sidebars = {"**": ["chapters"]}
 templates_path = [str(Path(__file__).parent / "templates")]
 html_static_path = [str(Path(__file__).parent / "static")]
 html_css_files = ["book.css"]
+html_js_files = ["book.js"]
 html_copy_source = False  # the only notebooks to download are the student ones, linked on each chapter
 html_show_sourcelink = False
 html_last_updated_fmt = None
@@ -81,6 +85,22 @@ def images_beside_doctrees(app):
     app.env.mystnb_config = app.env.mystnb_config.copy(output_folder=str(folder))
 
 
+PAGE_TEXTS = "_page_texts"  # each page's body as a script, for search excerpts from disk (static/book-search.js)
+
+
+def page_text_for_search(app, pagename, templatename, context, doctree):
+    """Write each page's body as a script that the search page can load from disk, and give that page the
+    script which loads them: browsers refuse the requests Sphinx's search makes for its excerpts from a
+    file:// page, but not a script beside it."""
+    if pagename == "search":
+        app.add_js_file("book-search.js")  # (on this page only)
+    elif doctree is not None and context.get("body"):
+        path = Path(app.outdir, PAGE_TEXTS, f"{pagename}.js")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"bookPageText({json.dumps(pagename)}, {json.dumps(context['body'])});\n", encoding="utf-8")
+
+
 def setup(app):
     app.connect("builder-inited", images_beside_doctrees, priority=600)  # after MyST-NB's own (500)
     app.connect("doctree-read", figure_alt_text, priority=600)  # after Sphinx's ImageCollector
+    app.connect("html-page-context", page_text_for_search)

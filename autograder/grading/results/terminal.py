@@ -79,9 +79,12 @@ def _clock(seconds: float) -> str:
 class GradingProgress:
     """The grading progress on stderr: a rich bar on a terminal, a line per student in a log."""
 
-    def __init__(self, total: int, stream=None) -> None:
+    def __init__(self, total: int, stream=None, heading: str = "") -> None:
         self.stream = stream if stream is not None else sys.stderr
         self.tty = _is_terminal(self.stream)
+        if heading and total:  # before the first notebook ends, which may take a while
+            self.stream.write(heading + "\n")
+            self.stream.flush()
         self.total, self.done, self.graded, self.started = total, 0, 0, time.monotonic()
         self.bar = None
         if self.tty and total:
