@@ -63,7 +63,7 @@ ROSTER ?=
 JOBS ?=
 N ?= 40
 
-roster: install  ## Add the class list ROSTER (CSV: id, first_name, last_name, email) to the gradebook
+roster: install  ## Add the class list ROSTER (a roster CSV, or Canvas's, Moodle's or Blackboard's export) to the gradebook
 	@test -n "$(ROSTER)" || { echo "usage: make roster ROSTER=<class list .csv>"; exit 2; }
 	$(BIN)/python -m autograder roster $(ROSTER)
 

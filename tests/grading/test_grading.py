@@ -146,9 +146,12 @@ def test_demo_flags_the_copied_pair_and_exports_for_canvas(demo):
         canvas = list(csv.reader(f))
     assert canvas[0] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", ASSIGNMENT]
     assert canvas[1][-1] == "11"
-    by_login = {row[3]: row for row in canvas[2:]}
-    assert by_login["ben"][:2] == ["Okafor, Ben", "100002"] and float(by_login["ben"][-1]) == pytest.approx(5.4)
-    assert by_login["hal"][-1] == "0" and len(by_login) == 10
+    by_sis_id = {row[2]: row for row in canvas[2:]}  # the course's student id is Canvas's SIS User ID
+    assert by_sis_id["ben"][:4] == ["Okafor, Ben", "100002", "ben", ""] and float(by_sis_id["ben"][-1]) == pytest.approx(5.4)
+    assert by_sis_id["hal"][-1] == "0" and len(by_sis_id) == 10
+    # What export writes for Canvas, roster reads back: the same ten students, names and Canvas ids.
+    again = autograder(course, "roster", str(course.grading / "exports" / ASSIGNMENT / "canvas.csv"))
+    assert again.stdout.splitlines()[0] == "read as Canvas's gradebook export: 0 students added, 10 updated in the gradebook"
     with open(course.grading / "exports" / ASSIGNMENT / "per_test.csv", newline="") as f:
         per_test = {row[0]: row for row in csv.reader(f)}
     assert per_test["chen"][1:] != per_test["ada"][1:] and per_test["ada"][-1] == "11"
