@@ -100,7 +100,7 @@ demo: install  ## Instructor quick start: the whole workflow (deadline, similari
 bench-grade: install  ## Time `grade` and sequential `nbgrader autograde` (whole commands) on N (40) submissions
 	$(BIN)/python -m autograder bench --students $(N)
 
-bench-check: install  ## Time the student's `check` (whole command) on blank and filled-in 01, 05 and 09
+bench-check: install  ## Time the student's `check` (whole command) on blank and filled-in 01, 05 and 09, and check_function
 	$(BIN)/python -m autograder bench --check
 
 benchmark: install  ## Time CPU vs GPU; write assignment 07's reference data and figures
