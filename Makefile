@@ -61,12 +61,16 @@ A ?= 01_first_function
 SOURCE ?=
 LAYOUT ?=
 DUE ?=
-PENALTY ?=
+# The late penalty make deadline sets, as the grading guide and the demo do: PENALTY percent of the score per PER
+# (hour or day) started late, never more than MAX percent in all; PENALTY=0 marks late work without a penalty.
+PENALTY ?= 10
+PER ?= day
+MAX ?= 30
 ROSTER ?=
 JOBS ?=
 N ?= 40
 
-roster: install  ## Add the class list ROSTER (CSV: id, first_name, last_name, email) to the gradebook
+roster: install  ## Add the class list ROSTER (a roster CSV, or Canvas's, Moodle's or Blackboard's export) to the gradebook
 	@test -n "$(ROSTER)" || { echo "usage: make roster ROSTER=<class list .csv>"; exit 2; }
 	$(BIN)/python -m autograder roster $(ROSTER)
 
@@ -74,9 +78,9 @@ collect: install  ## Put submissions from SOURCE (LMS zip or folder; LAYOUT=canv
 	@test -n "$(SOURCE)" || { echo "usage: make collect A=<assignment> SOURCE=<folder or .zip> [LAYOUT=canvas]"; exit 2; }
 	$(BIN)/python -m autograder collect $(A) $(SOURCE) $(if $(LAYOUT),--layout $(LAYOUT))
 
-deadline: install  ## Set A's due date DUE and late PENALTY (percent per hour); extensions: python -m autograder deadline --help
-	@test -n "$(DUE)" || { echo "usage: make deadline A=<assignment> DUE='2026-03-15 23:59' [PENALTY=10]"; exit 2; }
-	$(BIN)/python -m autograder deadline $(A) --due "$(DUE)" $(if $(PENALTY),--penalty $(PENALTY))
+deadline: install  ## Set A's due date DUE and late penalty: PENALTY (10) percent per PER (day), at most MAX (30) percent
+	@test -n "$(DUE)" || { echo "usage: make deadline A=<assignment> DUE='2026-03-15 23:59' [PENALTY=10] [PER=day] [MAX=30]"; exit 2; }
+	$(BIN)/python -m autograder deadline $(A) --due "$(DUE)" --penalty "$(PENALTY)" --per "$(PER)" --max "$(MAX)"
 
 grade: install  ## Autograde every collected submission of A in parallel; writes grading/grades.csv
 	$(BIN)/python -m autograder grade $(A) $(if $(JOBS),--jobs $(JOBS))
@@ -99,7 +103,7 @@ demo: install  ## Instructor quick start: the whole workflow (deadline, similari
 bench-grade: install  ## Time `grade` and sequential `nbgrader autograde` (whole commands) on N (40) submissions
 	$(BIN)/python -m autograder bench --students $(N)
 
-bench-check: install  ## Time the student's `check` (whole command) on blank and filled-in 01, 05 and 09
+bench-check: install  ## Time the student's `check` (whole command) on blank and filled-in 01, 05 and 09, and check_function
 	$(BIN)/python -m autograder bench --check
 
 benchmark: install  ## Time CPU vs GPU; write assignment 07's reference data and figures

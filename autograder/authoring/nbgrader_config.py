@@ -64,6 +64,7 @@ c.Execute.timeout = 60
 # Feedback must never show hidden tests' source (nbgrader issue 917).
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
+    "autograder.grading.results.feedback.WithoutNoResponse",  # nbgrader's "No response." comments left off
     "nbgrader.preprocessors.ClearHiddenTests",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]

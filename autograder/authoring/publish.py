@@ -153,7 +153,7 @@ def publish(course: Course, out: Path, self_study: bool = False, archive: bool =
     (out / ".gitignore").write_text((TEMPLATES / "gitignore").read_text(encoding="utf-8"), encoding="utf-8")
     if (course.root / "LICENSE").is_file():
         shutil.copyfile(course.root / "LICENSE", out / "LICENSE")
-    (out / "README.md").write_text(_readme(course, self_study, repository, assignments), encoding="utf-8")
+    (out / "README.md").write_text(_readme(course, self_study, repository, assignments, out.name), encoding="utf-8")
     if archive:
         shutil.make_archive(str(out), "zip", root_dir=out.parent, base_dir=out.name)
     return out
@@ -232,12 +232,13 @@ NO_REPOSITORY = ("This edition names no repository of its own, so it has no Cola
                  "folder your instructor handed out (a zip, or your class's JupyterHub), as below.")
 
 
-def _readme(course: Course, self_study: bool, repository: str | None, assignments: list[str]) -> str:
+def _readme(course: Course, self_study: bool, repository: str | None, assignments: list[str], folder: str) -> str:
+    """The edition's README; ``folder`` is the edition's folder, the one its zip unpacks to."""
     edition = (TEMPLATES / "SELF_STUDY.md").read_text(encoding="utf-8") if self_study else ""
     template = string.Template((TEMPLATES / "README.md").read_text(encoding="utf-8"))
     if repository is None:
         return template.substitute(notebook_links=NO_REPOSITORY, edition=edition, online_ways="",
-                                   get_it="cd course-autograd  # the folder your instructor handed out, unzipped")
+                                   get_it=f"cd {folder}  # the folder your instructor's zip unpacks to")
     online = string.Template((TEMPLATES / "ONLINE.md").read_text(encoding="utf-8"))
     return template.substitute(notebook_links=links_table(course, repository, assignments), edition=edition,
                                online_ways=online.substitute(binder=binder_url(repository, "course")),

@@ -18,7 +18,7 @@ def add_arguments(parser) -> None:
                         help="instead, show where one notebook's time goes in grade (start, cells, scoring, gradebook)")
     parser.add_argument("--check", action="store_true",
                         help="instead, time the student's `check` end to end on blank and filled-in 01, 05 and 09 "
-                             "(after the first check, which starts its warm process)")
+                             "(after the first check, which starts its warm process), then one check_function call")
     parser.add_argument("--runs", type=int, default=5, help="with --check: checks of each notebook (default 5)")
 
 

@@ -16,7 +16,8 @@ with nothing changed.
 
     python -m autograder bench --students 40
 
-``bench --check`` (``make bench-check``) times the student's ``check`` instead (``bench_check``).
+``bench --check`` (``make bench-check``) times the student's ``check`` instead (``bench_check``), and one
+``check_function`` call in this process (``bench_check_function``: a figure, not a test's bound).
 """
 
 from __future__ import annotations
@@ -166,7 +167,48 @@ def bench_check(source: Course, runs: int = 5, assignments: tuple[str, ...] = CH
                   f"{', '.join(f'{t:.2f}' for t in times[name])}; the command's own CPU at most "
                   f"{command_cpu:.2f} s)  [{_load()}]", file=out, flush=True)
         check_server.stop_at(next(Path(sockets).glob("*.sock")))
-    return {"first": first, "times": times}
+    return {"first": first, "times": times, "check_function": bench_check_function(runs, out)}
+
+
+def bench_check_function(runs: int = 5, out=sys.stdout) -> dict[str, tuple[float, float]]:
+    """Time one ``check_function`` call on a two-input Function of 32x32 inputs, right and wrong, after a warm-up
+    call (torch's first calls cost more): the median wall-clock and CPU seconds of ``runs`` calls of each."""
+    import torch
+
+    from autograder import check_function
+
+    def poly(x1, x2):
+        return x1 ** 3 + x2 ** 2
+
+    def function(sign: int):
+        class Poly(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x1, x2):
+                ctx.save_for_backward(x1, x2)
+                return poly(x1, x2)
+
+            @staticmethod
+            def backward(ctx, grad_output):
+                x1, x2 = ctx.saved_tensors
+                return sign * 3 * x1 ** 2 * grad_output, 2 * x2 * grad_output
+        return Poly
+
+    def once(kind) -> tuple[float, float]:
+        started, cpu = time.perf_counter(), time.process_time()
+        try:
+            check_function(kind, poly, torch.randn(32, 32), torch.randn(32, 32))
+        except AssertionError:
+            pass  # the wrong one fails, as it should: its message is part of what is timed
+        return time.perf_counter() - started, time.process_time() - cpu
+
+    figures = {}
+    for name, kind in (("right", function(1)), ("wrong", function(-1))):
+        once(kind)
+        runs_here = [once(kind) for _ in range(runs)]
+        figures[name] = tuple(sorted(r[i] for r in runs_here)[runs // 2] for i in (0, 1))
+        print(f"  check_function, a {name} Function of 32x32 inputs: median {figures[name][0] * 1e3:.0f} ms "
+              f"({figures[name][1] * 1e3:.0f} ms of CPU)  [{_load()}]", file=out, flush=True)
+    return figures
 
 
 def profile(source: Course, students: int = 12, out=sys.stdout) -> dict[str, float]:

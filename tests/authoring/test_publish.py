@@ -20,7 +20,8 @@ from autograder.authoring.publish import NO_REPOSITORY, publish
 from conftest import CLASS_REPOSITORY, REPO, filled_release, read_notebook, solution_answers, source
 
 ASSIGNMENT = "01_first_function"
-MARKERS = ("BEGIN SOLUTION", "BEGIN HIDDEN TESTS")
+MARKERS = ("BEGIN SOLUTION", "BEGIN HIDDEN TESTS", "### END SOLUTION", "### END HIDDEN TESTS")
+HIDDEN_TEST_MARKERS = ("### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS")  # whole, as nbgrader writes them
 SHORTEST_SECRET = 12  # shorter lines ("pass", "return x", "return None", "]") are not telling
 # Plain PyTorch lines that a solution and the course's library each need for their own reasons (a
 # checkpointing backward and the referee turn gradients on; a timing helper synchronises): not telling.
@@ -81,6 +82,22 @@ def test_the_distribution_holds_no_solution_and_no_hidden_test(dist):
     with zipfile.ZipFile(dist.with_suffix(".zip")) as archive:
         names = {n.removeprefix(dist.name + "/") for n in archive.namelist() if not n.endswith("/")}
     assert names == {p.relative_to(dist).as_posix() for p in files}
+
+
+def test_no_shipped_file_holds_a_hidden_test_marker_whole():
+    """Neither of nbgrader's hidden-test markers, beginning or end, is written whole in any file the package ships
+    (the grader builds them from their words: protocol.HIDDEN_TESTS_BEGIN, _END) nor in course/: a traceback quoting
+    such a line would put a marker on a student's page, which is then refused. (solutions/ holds them, as nbgrader
+    needs; the students' edition is checked for every marker in test_the_distribution_holds_no_solution...)"""
+    package = REPO / "autograder"
+    files = [p for folder in (package, REPO / "course") for p in folder.rglob("*")
+             if p.is_file() and "__pycache__" not in p.parts]
+    assert len(files) > 100 and package / "grading" / "running" / "child.py" in files
+    holding = {str(p.relative_to(REPO)): [m for m in HIDDEN_TEST_MARKERS if m.encode() in p.read_bytes()]
+               for p in files}
+    assert {path: found for path, found in holding.items() if found} == {}
+    solution = (REPO / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb").read_bytes()
+    assert all(m.encode() in solution for m in HIDDEN_TEST_MARKERS), "the markers searched for are nbgrader's own"
 
 
 def _answer_names() -> set[str]:
@@ -217,6 +234,22 @@ def test_check_in_the_distribution_runs_the_visible_tests(dist, tmp_path):
 
 
 @pytest.mark.slow
+def test_make_check_reports_failing_tests_without_makes_error_line(dist, tmp_path):
+    """`make check` on a blank notebook: check's own FAIL lines and score, and no "*** [...] Error" line of make's,
+    which reads like a crash; a notebook check cannot read stays make's error. (BIN: this environment's python;
+    STAMP: a fresh file, so make's install step, which would pip install, is up to date.)"""
+    stamp = tmp_path / "installed"
+    stamp.touch()
+    make = ["make", "--no-print-directory", "check", f"BIN={Path(sys.executable).parent}", f"STAMP={stamp}"]
+    blank = subprocess.run([*make, f"NB=course/{ASSIGNMENT}/{ASSIGNMENT}.ipynb"], cwd=dist, capture_output=True,
+                           text=True)
+    assert blank.returncode == 0 and "score: 0 / 11" in blank.stdout and "5 failed" in blank.stdout, blank.stdout
+    assert "***" not in blank.stdout + blank.stderr and "Error" not in blank.stderr, blank.stderr
+    missing = subprocess.run([*make, "NB=course/no_such.ipynb"], cwd=dist, capture_output=True, text=True)
+    assert missing.returncode == 2 and "] Error 2" in missing.stderr, missing.stdout + missing.stderr
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("assignment, score, passed", [("10_triton_kernels", "18 / 18", 6),
                                                        ("11_flash_attention", "27 / 27", 8)])
 def test_check_of_the_triton_kernels_runs_in_the_distribution(dist, tmp_path, assignment, score, passed):
@@ -242,6 +275,9 @@ def test_publishing_without_a_students_repository_makes_an_edition_without_links
     assert NO_REPOSITORY in readme and "colab.research.google.com" not in readme and "mybinder" not in readme
     assert "YOUR-ORG" not in readme
     assert sorted(p.name for p in (tmp_path / "edition" / "course").iterdir()) == ["01_first_function"]
+    # The README's `cd` names the folder the zip unpacks to.
+    unpacked = {name.split("/")[0] for name in zipfile.ZipFile(tmp_path / "edition.zip").namelist()}
+    assert unpacked == {"edition"} and "\n  cd edition  # the folder your instructor's zip unpacks to\n" in readme
 
 
 def test_a_class_gets_the_assignments_released_so_far_and_nothing_later(tmp_path):

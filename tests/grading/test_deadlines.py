@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import shlex
 import shutil
+import subprocess
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -11,7 +13,8 @@ from autograder.course import CourseError
 from autograder.cli import main
 from autograder.grading.records import deadlines
 from autograder.grading.records.deadlines import LatePenalty, describe_lateness, parse_extension, penalty
-from autograder.grading.demo.make_demo import ASSIGNMENT, DEMO_ROOT
+from autograder.grading.demo.make_demo import ASSIGNMENT, DEADLINE_OPTIONS, DEMO_ROOT
+from conftest import REPO
 from test_grading import autograder, grades_csv
 from test_lms import canvas_name, canvas_zip
 
@@ -51,6 +54,27 @@ def test_the_deadline_command_keeps_the_policy(course_copy, monkeypatch, capsys)
     assert policy.deadline_for("ben") == datetime.fromisoformat("2026-03-17T22:59:00+00:00")
     assert main(["deadline", ASSIGNMENT, "--due", "next blue moon"]) == 2
     assert "cannot read the due date" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("typed, penalty", [
+    ([], ("10", "day", "30")),  # as the grading guide and the demo
+    (["PENALTY=5", "PER=hour", "MAX=50"], ("5", "hour", "50")),
+])
+def test_make_deadline_passes_the_penalty_its_period_and_cap(course_copy, monkeypatch, typed, penalty):
+    # The command `make deadline` runs (make -n: without make's install step), run as it is on a course copy.
+    due = "2026-03-16 23:59"
+    dry = subprocess.run(["make", "-n", "--no-print-directory", "deadline", f"A={ASSIGNMENT}", f"DUE={due}", *typed],
+                         cwd=REPO, capture_output=True, text=True, check=True)
+    [command] = [line for line in dry.stdout.splitlines() if "-m autograder deadline" in line]
+    assert shlex.split(command)[1:] == ["-m", "autograder", "deadline", ASSIGNMENT, "--due", due, "--penalty",
+                                        penalty[0], "--per", penalty[1], "--max", penalty[2]]
+    monkeypatch.setenv("AUTOGRADER_COURSE_ROOT", str(course_copy.root))
+    assert main(shlex.split(command)[3:]) == 0
+    made = deadlines.load(course_copy, ASSIGNMENT)
+    assert (made.percent, made.per, made.max_percent) == (float(penalty[0]), penalty[1], float(penalty[2]))
+    if not typed:  # the demo's own deadline, its extension aside, is what make sets by default
+        assert main(["deadline", ASSIGNMENT, "--clear", *DEADLINE_OPTIONS[:DEADLINE_OPTIONS.index("--extend")]]) == 0
+        assert deadlines.load(course_copy, ASSIGNMENT) == made
 
 
 def _blackboard_download(folder, attempts: dict[str, str]):

@@ -73,7 +73,9 @@ def test_the_demo_never_meets_the_class(demo):
 
 
 @pytest.mark.slow
-def test_demo_grades_match_plain_nbgrader_scores(demo):
+def test_demo_grades_are_the_documented_scores_less_the_late_penalty(demo):
+    """`grade` in the demo gives each student the score the demo documents (expected_scores.json: plain nbgrader's,
+    measured; test_plain_nbgrader_gives_the_demo_scores_grade_gives runs nbgrader itself), less ben's late penalty."""
     course, run = demo
     rows = grades_csv(course)
     # hal is on the roster but handed in nothing.
@@ -96,6 +98,30 @@ def test_demo_grades_match_plain_nbgrader_scores(demo):
     assert f"every test cell's points ({EXPECTED['max_score']:g}) decided by the referee" in run.stdout
     assert "10 students added" in run.stdout
     assert "due 2026-03-16 23:59 UTC" in run.stdout and "dana +2 days" in run.stdout
+
+
+@pytest.mark.slow
+def test_plain_nbgrader_gives_the_demo_scores_grade_gives(demo, tmp_path):
+    """Real `nbgrader autograde` (its own kernels, none of this grader's processes; the course's config, as the
+    bench's) on the demo notebooks of dana (a wrong sign), eli (a wrong coefficient that fails a later exercise too)
+    and fay (a syntax error): the scores `grade` gave them in the demo, and the ones the demo documents. (ada, ben and
+    chen: the bench test below; `make bench-grade`: every demo notebook.)"""
+    course, _ = demo
+    students = ["dana", "eli", "fay"]
+    plain = Course(tmp_path / "plain")
+    for folder in ("solutions", "course"):
+        shutil.copytree(REPO / folder, plain.root / folder)
+    for student in students:
+        (plain.grading / "submitted" / student / ASSIGNMENT).mkdir(parents=True)
+        shutil.copy(DEMO_ROOT / ASSIGNMENT / student / f"{ASSIGNMENT}.ipynb",
+                    plain.grading / "submitted" / student / ASSIGNMENT / f"{ASSIGNMENT}.ipynb")
+    plain.nbgrader("generate_assignment", ASSIGNMENT, "--force", "--log-level=ERROR")
+    plain.nbgrader("autograde", ASSIGNMENT, "--log-level=ERROR")
+    with plain.gradebook() as gradebook:
+        nbgrader_scores = {s: gradebook.find_submission(ASSIGNMENT, s).score for s in students}
+    rows = grades_csv(course)
+    assert nbgrader_scores == {s: float(rows[s]["score"]) + float(rows[s]["penalty"] or 0) for s in students}
+    assert nbgrader_scores == {s: EXPECTED["scores"][s] for s in students}
 
 
 @pytest.mark.slow
@@ -146,9 +172,12 @@ def test_demo_flags_the_copied_pair_and_exports_for_canvas(demo):
         canvas = list(csv.reader(f))
     assert canvas[0] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", ASSIGNMENT]
     assert canvas[1][-1] == "11"
-    by_login = {row[3]: row for row in canvas[2:]}
-    assert by_login["ben"][:2] == ["Okafor, Ben", "100002"] and float(by_login["ben"][-1]) == pytest.approx(5.4)
-    assert by_login["hal"][-1] == "0" and len(by_login) == 10
+    by_sis_id = {row[2]: row for row in canvas[2:]}  # the course's student id is Canvas's SIS User ID
+    assert by_sis_id["ben"][:4] == ["Okafor, Ben", "100002", "ben", ""] and float(by_sis_id["ben"][-1]) == pytest.approx(5.4)
+    assert by_sis_id["hal"][-1] == "0" and len(by_sis_id) == 10
+    # What export writes for Canvas, roster reads back: the same ten students, names and Canvas ids.
+    again = autograder(course, "roster", str(course.grading / "exports" / ASSIGNMENT / "canvas.csv"))
+    assert again.stdout.splitlines()[0] == "read as Canvas's gradebook export: 0 students added, 10 updated in the gradebook"
     with open(course.grading / "exports" / ASSIGNMENT / "per_test.csv", newline="") as f:
         per_test = {row[0]: row for row in csv.reader(f)}
     assert per_test["chen"][1:] != per_test["ada"][1:] and per_test["ada"][-1] == "11"

@@ -53,22 +53,31 @@ PLANTED = PACKAGE / "hostile_was_here.py"       # what an attack would add to it
 
 
 def attacks(course_root: Path, port: int) -> dict[str, str]:
-    """student -> code added to a wrong answer; each prints GOT: ... for whatever it achieved."""
+    """student -> code added to a wrong answer. Each attack reports every attempt it makes, in the notebook's output:
+    ``GOT: ...`` for whatever it achieved, ``TRIED: <what> -> <what it got instead>`` for what it did not (``RAN``)."""
     root = str(course_root)
     grading = f"{root}/grading"
     return {
         "reads_secrets": f"""
 import base64, glob, os
+for pattern in ['{grading}/submitted/*/*/*.ipynb', '{grading}/autograded/*/*/*']:
+    print('TRIED: list', pattern, '->', len(glob.glob(pattern)), 'files')
 for path in ['{root}/solutions/{ASSIGNMENT}/{NOTEBOOK}', '{grading}/gradebook.db', '/root/.bashrc',
-             '/etc/shadow', *glob.glob('{grading}/submitted/*/*/*.ipynb'), *glob.glob('{grading}/autograded/*/*/*'),
-             *glob.glob('/proc/*/environ'), *glob.glob('/proc/*/cmdline')]:
+             '/etc/shadow', *glob.glob('{grading}/submitted/*/*/*.ipynb'), *glob.glob('{grading}/autograded/*/*/*')]:
     try:
-        data = open(path, 'rb').read()
+        print('GOT: read', path, base64.b64encode(open(path, 'rb').read()).decode())
+    except OSError as error:
+        print('TRIED: read', path, '->', type(error).__name__)
+def contents(path):
+    try:
+        return open(path, 'rb').read()
     except OSError:
-        continue
-    if path.startswith('/proc/') and b'{SECRET[:6]}' not in data and b'HIDDEN' not in data:
-        continue
-    print('GOT: read', path, base64.b64encode(data).decode())
+        return b''
+processes = glob.glob('/proc/*/environ') + glob.glob('/proc/*/cmdline')
+telling = [path for path in processes if b'{SECRET[:6]}' in contents(path) or b'HIDDEN' in contents(path)]
+for path in telling:
+    print('GOT: read', path, base64.b64encode(contents(path)).decode())
+print('TRIED: read the environment and command line of', len(processes) // 2, 'processes ->', len(telling), 'telling')
 print('environment', base64.b64encode(repr(dict(os.environ)).encode()).decode())
 """,
         "writes_everything": f"""
@@ -77,8 +86,8 @@ def attempt(what, action):
     try:
         action()
         print('GOT: wrote', what)
-    except Exception:
-        pass
+    except Exception as error:
+        print('TRIED: write', what, '->', type(error).__name__)
 def gradebook():
     db = sqlite3.connect('{grading}/gradebook.db')
     db.execute('UPDATE grade SET auto_score = 100')
@@ -93,25 +102,34 @@ attempt('tmp outside', lambda: open('/var/tmp/hostile', 'w').write('1'))
 """,
         "leaves_processes": """
 import os, subprocess
-subprocess.Popen(['sleep', '7771'], start_new_session=True)
-if os.fork() == 0:
+print('TRIED: start sleep 7771 in a session of its own -> pid', subprocess.Popen(['sleep', '7771'], start_new_session=True).pid)
+middle = os.fork()
+if middle == 0:
     os.setsid()
     if os.fork() == 0:
         os.execvp('sleep', ['sleep', '7772'])
     os._exit(0)
+os.waitpid(middle, 0)
+print('TRIED: start sleep 7772 by a double fork -> its parent pid', middle, 'ended')
 """,
         "kills_everyone": """
 import os, signal
+mine = {os.getpid(), *map(int, os.listdir('/proc/self/task'))}  # its own process and threads
+others = [p for p in range(1, 5000) if p not in mine]
 for sig in (signal.SIGSTOP, signal.SIGKILL):
-    for pid in [p for p in range(1, 5000) if p != os.getpid()]:
+    signalled = []
+    for pid in others:
         try:
             os.kill(pid, sig)
+            signalled.append(pid)
         except OSError:
             pass
+    print(f'TRIED: {sig.name} to every pid from 1 to 4999 but its own ->', f'GOT: {signalled}' if signalled else 'none there')
 try:
     os.kill(-1, signal.SIGKILL)
-except OSError:
-    pass
+    print('GOT: kill -1 reached a process')
+except OSError as error:
+    print('TRIED: SIGKILL to every process it may signal (kill -1) ->', type(error).__name__)
 """,
         "fork_bomb": """
 import os, time
@@ -130,17 +148,17 @@ if made >= 1000:
 """,
         "uses_the_network": f"""
 import socket
-for family, address in ((socket.AF_INET, ('127.0.0.1', {port})), (socket.AF_INET, ('10.0.0.1', 80))):
+for address in (('127.0.0.1', {port}), ('10.0.0.1', 80)):
     try:
         socket.create_connection(address, timeout=2).sendall(b'hello')
         print('GOT: connected', address)
-    except OSError:
-        pass
+    except OSError as error:
+        print('TRIED: connect to', address, '->', type(error).__name__)
 try:
     socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'x', ('127.0.0.1', {port}))
     print('GOT: udp')
-except OSError:
-    pass
+except OSError as error:
+    print('TRIED: send UDP to', ('127.0.0.1', {port}), '->', type(error).__name__)
 """,
         "pickles_into_the_pipe": f"""
 import gc, multiprocessing.connection
@@ -149,6 +167,7 @@ class Evil:
         return (exec, ("open('{grading}/pwned-by-pickle', 'w')",))
 pipe = [o for o in gc.get_objects() if isinstance(o, multiprocessing.connection.Connection) and o.writable][0]
 pipe.send(Evil())
+print('TRIED: send a pickle to the grader -> sent')
 """,
         # Issue 28: a Function that reads whatever runs it (every frame's source, linecache, In/Out,
         # sys.modules' sources) and prints it base64-encoded, past the grader's filter of hidden lines.
@@ -203,11 +222,11 @@ except OSError as error:
 
 # Attacks on the verdict from inside the student's own interpreter: not stopped yet (README, the limits).
 VERDICT_FORGING = {
+    # The cells as graded (the tests back in place), found in memory, and this cell's index among them.
     "forges_pipe_messages": """
 import gc, json, os, multiprocessing.connection
-notebook = json.load(open('01_first_function.ipynb'))  # as graded: the tests are back in place
-cells = notebook['cells']
-index = [i for i, c in enumerate(cells) if c['metadata'].get('nbgrader', {}).get('grade_id') == 'cube'][0]
+cells = next(o for o in gc.get_objects() if isinstance(o, list) and o and isinstance(o[0], dict) and 'cell_type' in o[0])
+index = next(i for i, c in enumerate(cells) if 'forged: this cell' in ''.join(c.get('source', '')))  # forged: this cell
 count = get_ipython().execution_count
 pipe = [o for o in gc.get_objects() if isinstance(o, multiprocessing.connection.Connection) and o.writable][0]
 send = lambda message: pipe.send_bytes(json.dumps(message).encode())
@@ -263,7 +282,8 @@ import autograder.grading.running.judging.answer as _answer
 _real_names = _answer.graph_names
 _answer.graph_names = lambda outputs: sorted(set(_real_names(outputs)) | {'PolyFunctionBackward'})
 """
-ENGINE = ("with torch.enable_grad():\n            y = x.detach().requires_grad_()\n"
+ENGINE = ("print('TRIED: the gradient from the autograd engine in backward -> running it')\n"
+          "with torch.enable_grad():\n            y = x.detach().requires_grad_()\n"
           "            return torch.autograd.Variable._execution_engine.run_backward(\n"
           "                (y ** 3,), (grad_output,), False, False, (y,), False)[0]")
 GRAD = ("with torch.enable_grad():\n            y = x.detach().requires_grad_()\n"
@@ -271,17 +291,19 @@ GRAD = ("with torch.enable_grad():\n            y = x.detach().requires_grad_()\
 READS_INSTRUCTORS_FILES = """
 import glob, os, autograder
 package = os.path.dirname(autograder.__file__)
-for path in glob.glob(package + '/grading/demo/*/ada/*.ipynb') + [package + '/authoring/timed_functions.py']:
+demo = glob.glob(package + '/grading/demo/*/ada/*.ipynb')
+print('TRIED: list the demo notebooks ->', len(demo), 'found')
+for path in demo + [package + '/authoring/timed_functions.py']:
     try:
         exec(open(path).read() if path.endswith('.py') else '')
         print('GOT: read', path)
-    except OSError:
-        pass
+    except OSError as error:
+        print('TRIED: read', os.path.relpath(path, package), '->', type(error).__name__)
 try:
     import autograder.authoring.timed_functions
     print('GOT: imported timed_functions')
-except ImportError:
-    pass
+except ImportError as error:
+    print('TRIED: import autograder.authoring.timed_functions ->', type(error).__name__)
 """
 # Issue 39: a string that becomes code past the scan (a string annotation, a benchmark statement) starts a thread
 # in backward that gets the gradient from forward-mode AD (which the notebook's own check does not see), where
@@ -293,6 +315,7 @@ def _work():
 worker = threading.Thread(target=_work)
 worker.start()
 worker.join()
+print('TRIED: the gradient from forward-mode AD in a thread -> a tensor of shape', tuple(out[0].shape))
 return out[0]
 """
 THREADING_BY_ANNOTATION = """
@@ -361,6 +384,46 @@ EXERCISE = {"reads_secrets": "cube", "writes_everything": "sqrt", "leaves_proces
             "forges_pipe_messages": "cube", "replaces_run_cell": "cube", "replaces_error_hook": "cube",
             "drops_asserts": "cube", "dumps_what_runs_it": "cube"}
 UNTAMPERED = {"cube": "wrong_cube", "sqrt": "forgot_grad_output"}
+
+# The notebook's own test passed in its process (the forgery worked there) and the referee's check failed it.
+OWN_CHECK_FAILED = "(found by the grader's own check, which runs this cell's checks outside your notebook's process"
+# What shows that each attack ran, to its last attempt, in its notebook's outputs or its grades.csv detail: its own
+# "TRIED: <what> -> <what it got instead>" lines, or what the grader said of it ({root}, {grading}: the course's
+# folders). No test counts an attack as contained before `assert_ran` has seen this: a broken attack (a syntax
+# error, a path that moved, a name that changed) fails its tests instead of passing them silently.
+RAN = {
+    "reads_secrets": ["TRIED: list {grading}/submitted/*/*/*.ipynb -> ", "TRIED: list {grading}/autograded/*/*/* -> ",
+                      f"TRIED: read {{root}}/solutions/{ASSIGNMENT}/{NOTEBOOK} -> ", "TRIED: read {grading}/gradebook.db -> ",
+                      "TRIED: read /root/.bashrc -> ", "TRIED: read /etc/shadow -> ",
+                      "TRIED: read the environment and command line of "],
+    "writes_everything": [f"TRIED: write {target} -> " for target in
+                          ("gradebook", "grades.csv", "classmate", "solutions", "package", "tmp outside")],
+    "leaves_processes": ["TRIED: start sleep 7771 in a session of its own -> pid ",
+                         "TRIED: start sleep 7772 by a double fork -> its parent pid "],
+    "kills_everyone": ["TRIED: SIGSTOP to every pid from 1 to 4999 but its own -> ",
+                       "TRIED: SIGKILL to every pid from 1 to 4999 but its own -> ",
+                       "TRIED: SIGKILL to every process it may signal (kill -1) -> "],
+    "fork_bomb": ["forked "],
+    "uses_the_network": ["TRIED: connect to ('127.0.0.1', ", "TRIED: connect to ('10.0.0.1', 80) -> ",
+                         "TRIED: send UDP to ('127.0.0.1', "],
+    "pickles_into_the_pipe": ["the notebook's process sent the grader an invalid message"],
+    "writes_a_huge_file": ["refused: [Errno 27] File too large"],
+    "dumps_what_runs_it": ["after a cell "],
+    **{student: [OWN_CHECK_FAILED] for student in VERDICT_FORGING},
+    "forges_the_answers": ["tampering found: autograder.grading.running.judging.answer.answer was changed"],
+    "forges_saved_records": ["tampering found: autograder.student.checker.saved.saved_record"],
+    "forges_graph_names": ["tampering found: autograder.grading.running.judging.answer.graph_names was changed"],
+    # Answers the scan refuses: they ran in the notebook's own process (its visible tests), never in the examinee.
+    "run_backward_in_backward": ["TRIED: the gradient from the autograd engine in backward -> ",
+                                 "the grader did not run your answer cell 'cube': it uses line", "_execution_engine"],
+    "threading_by_annotation": ["TRIED: the gradient from forward-mode AD in a thread -> a tensor of shape (",
+                                "the grader did not run your answer cell 'cube'", "a string in an annotation"],
+    "threading_by_timer": ["TRIED: the gradient from forward-mode AD in a thread -> a tensor of shape (",
+                           "the grader did not run your answer cell 'cube'", "importing `torch.utils.benchmark`"],
+    "fixes_it_in_a_later_cell": [OWN_CHECK_FAILED],
+    "reads_instructors_files": ["TRIED: list the demo notebooks -> ", "TRIED: read authoring/timed_functions.py -> ",
+                                "TRIED: import autograder.authoring.timed_functions -> "],
+}
 HTML_ATTACK_MARKDOWN = ("<script>alert('x-md')</script> <img src=x onerror=\"alert('x-img')\"> "
                         "[link](javascript:alert('x-link')) <iframe src='javascript:alert(\"x-frame\")'></iframe>")
 HTML_ATTACK_CODE = ("from IPython.display import HTML, Javascript, display\n"
@@ -484,8 +547,30 @@ class Run:
         nb = autograded(self.course_obj, student)
         return json.dumps([c.get("outputs", []) for c in nb["cells"]])
 
+    def shown(self, student: str) -> str:
+        """The text of every output of the student's graded notebook (streams, results, errors), one line each."""
+        nb = autograded(self.course_obj, student)
+        texts = []
+        for output in (o for c in nb["cells"] for o in c.get("outputs", [])):
+            text = output.get("text") or output.get("data", {}).get("text/plain") or [
+                f"{output.get('ename')}: {output.get('evalue')}"]
+            texts.append("".join(text) if isinstance(text, list) else str(text))
+        return "\n".join(texts)
+
     def page(self, student: str) -> str:
         return (self.course / "grading" / "feedback" / student / ASSIGNMENT / f"{ASSIGNMENT}.html").read_text()
+
+
+def assert_ran(run: "Run", student: str) -> None:
+    """The attack of ``student`` ran to its last attempt (``RAN``): only then can what it gained be judged."""
+    shown = run.shown(student) + "\n" + run.rows[student]["detail"]
+    folders = {"root": str(run.course), "grading": str(run.course / "grading")}
+    missing = [text.format(**folders) for text in RAN[student] if text.format(**folders) not in shown]
+    assert not missing, f"{student}'s attack did not run to its end: nothing shows {missing}\n{shown[:3000]}"
+
+
+def test_every_attack_has_what_shows_it_ran():
+    assert set(RAN) == set(EXERCISE) | set(ISSUE_32)
 
 
 @pytest.fixture(scope="module")
@@ -562,12 +647,15 @@ def test_the_batch_finishes_and_honest_students_are_graded_as_usual(run):
 
 
 @pytest.mark.parametrize("student", sorted(set(EXERCISE) - set(VERDICT_FORGING)))
-def test_an_attack_gains_nothing(run, student):
+def test_an_attack_that_ran_gains_no_point_and_reports_nothing_achieved(run, student):
+    assert_ran(run, student)
     assert float(run.rows[student]["score"]) <= float(run.rows[UNTAMPERED[EXERCISE[student]]]["score"]), run.rows[student]
     assert "GOT:" not in run.outputs(student), run.outputs(student)[:3000]
 
 
 def test_nothing_outside_its_own_folder_was_changed(run):
+    for student in ("writes_everything", "pickles_into_the_pipe", "writes_a_huge_file"):
+        assert_ran(run, student)
     assert run.after == run.before
     assert not PLANTED.exists() and not (run.course / "grading" / "pwned-by-pickle").exists()
     assert not Path("/var/tmp/hostile").exists()
@@ -576,6 +664,8 @@ def test_nothing_outside_its_own_folder_was_changed(run):
 
 def test_nothing_is_left_running(run):
     """Of the processes the grading run started (another checkout's tests on this machine are not judged)."""
+    for student in ("leaves_processes", "fork_bomb", "kills_everyone"):
+        assert_ran(run, student)
     assert run.left_running == []
     made = int(re.search(r"forked (\d+)", run.outputs("fork_bomb")).group(1))
     assert 0 < made <= sandbox.PROCESSES
@@ -592,6 +682,8 @@ def test_the_reaper_sees_what_a_command_leaves_running_and_ends_it(tmp_path):
 
 
 def test_no_secret_or_hidden_test_reaches_what_students_see(run):
+    for student in ("reads_secrets", "dumps_what_runs_it", "uses_the_network", "reads_instructors_files"):
+        assert_ran(run, student)
     hidden = hidden_lines(run.course_obj)
     for student in run.rows:
         seen = decoded(run.outputs(student) + run.page(student))
@@ -606,6 +698,7 @@ def test_no_secret_or_hidden_test_reaches_what_students_see(run):
 
 
 def test_a_pickle_sent_to_the_grader_is_not_unpickled(run):
+    assert_ran(run, "pickles_into_the_pipe")
     row = run.rows["pickles_into_the_pipe"]
     assert row["status"] == "kernel died" and "invalid message" in row["detail"], row
 
@@ -646,11 +739,11 @@ def test_the_formgrader_serves_the_submission_with_no_student_script(run):
 @pytest.mark.parametrize("student", sorted(VERDICT_FORGING))
 def test_forging_a_verdict_from_inside_the_interpreter_gains_nothing(run, student):
     # Each of these makes the cube tests pass in the student's own process; the referee, which runs
-    # their checks again outside it, fails them (autograder/grading/running/judging/referee.py).
+    # their checks again outside it, fails them (autograder/grading/running/judging/referee.py) and says so.
+    assert_ran(run, student)
     assert float(run.rows[student]["score"]) <= float(run.rows[UNTAMPERED[EXERCISE[student]]]["score"])
-    if student in ("replaces_run_cell", "replaces_error_hook"):  # passed in their own process: the referee says why not
-        shown = outputs_of(autograded(run.course_obj, student), "test_cube_forward")
-        assert "Cube: forward's output is wrong" in shown and "first (found by the grader's own check" in shown
+    shown = outputs_of(autograded(run.course_obj, student), "test_cube_forward")
+    assert "Cube: forward's output is wrong" in shown and "first (found by the grader's own check" in shown
 
 
 
@@ -668,6 +761,7 @@ def test_the_untampered_answers_score_what_their_mistakes_cost(run):
 
 @pytest.mark.parametrize("student", sorted(ISSUE_32))
 def test_what_the_notebooks_process_reports_or_runs_gains_nothing(run, student):
+    assert_ran(run, student)
     assert float(run.rows[student]["score"]) <= float(run.rows[ISSUE_32[student]]["score"]), run.rows[student]
     assert "GOT:" not in run.outputs(student)
 

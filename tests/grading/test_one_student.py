@@ -209,7 +209,7 @@ def test_exports_run_no_formula(run):
     assert (right["first_name"], right["last_name"], right["email"], right["lms_user_id"]) == (
         "'" + HOSTILE_NAMES["right"][0], "'" + HOSTILE_NAMES["right"][1], "'" + HOSTILE_NAMES["right"][2], "'=2+2")
     with (exports / "canvas.csv").open(newline="", encoding="utf-8") as stream:
-        names = {row[3]: row[0] for row in csv.reader(stream)}
+        names = {row[2]: row[0] for row in csv.reader(stream)}  # (SIS User ID: the course's student id)
     assert names["photo"] == "Doe, '=1+1, '-2+3"  # "last, first": a formula after a separator is neutral too
 
 

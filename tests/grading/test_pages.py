@@ -12,9 +12,11 @@ from nbconvert.filters.markdown_mistune import markdown2html_mistune
 from nbgrader.coursedir import CourseDirectory
 from traitlets.config import Config
 
-from autograder.grading.results.feedback import SanitizeStudentHTML, released_markdown, self_contained
+from autograder.grading.results.feedback import (NO_RESPONSE, SanitizeStudentHTML, WithoutNoResponse,
+                                                 released_markdown, self_contained)
 from autograder.grading.results.markup import markdown_to_html, render_math
-from conftest import PNG
+from autograder.course import Course
+from conftest import PNG, REPO
 
 ASSIGNMENT = "01_first_function"
 HINT = "<details><summary>Hint 1</summary>\n\nUse $\\sqrt{x}$ and `ctx.saved_tensors`.\n\n</details>"
@@ -143,6 +145,24 @@ def test_a_page_loses_its_cdn_mathjax_and_gains_the_wrapping_style():
             "<!-- End of mathjax configuration --></head><body></body></html>")
     finished = self_contained(page)
     assert "<script" not in finished and "white-space: pre-wrap; overflow-wrap: anywhere;" in finished
+
+
+def test_a_page_spaces_and_rules_a_table_s_cells():
+    # The page's Bootstrap sets table cells' padding to 0: "Exercise 1LayerNorm's forward kernel" read as one word.
+    finished = self_contained("<html><head></head><body></body></html>")
+    assert ".rendered_html th, .rendered_html td {padding: .3em .8em; border: 1px solid #ccc;" in finished
+
+
+def test_nbgrader_s_no_response_comment_is_left_off_and_an_instructor_s_comment_stays():
+    cells = [nbformat.v4.new_code_cell("raise NotImplementedError()", metadata={"nbgrader": {
+                 "solution": True, "grade_id": "sqrt", "comment": NO_RESPONSE}}),
+             nbformat.v4.new_code_cell("x = 1", metadata={"nbgrader": {
+                 "solution": True, "grade_id": "cube", "comment": "Good: no extra copy."}})]
+    cleaned, _ = WithoutNoResponse().preprocess(nbformat.v4.new_notebook(cells=cells), {})
+    assert [c.metadata.nbgrader["comment"] for c in cleaned.cells] == [None, "Good: no extra copy."]
+    preprocessors = Course(REPO).config().GenerateFeedback.preprocessors  # after GetGrades, which sets comments
+    assert preprocessors.index("autograder.grading.results.feedback.WithoutNoResponse") == \
+        preprocessors.index("nbgrader.preprocessors.GetGrades") + 1
 
 
 def test_a_student_s_markup_names_no_element_and_the_course_s_keeps_its_anchors():

@@ -453,6 +453,8 @@ def test_ordinary_errors_fail_their_exercise_with_the_error(batch):
     assert [(o["ename"], o["evalue"], o["traceback"]) for o in shown if o["output_type"] == "error"] == [
         ("NotImplementedError", NOT_DONE, [f"NotImplementedError: {NOT_DONE}"])]
     assert "NotImplementedError: not done yet (replace" in batch.page("not_implemented")
+    # nbgrader's own "No response." comment on that answer is not on the page, nor in its contents list.
+    assert "No response." not in batch.page("not_implemented") and 'href="#comment-' not in batch.page("not_implemented")
 
 
 def test_warnings_and_stderr_text_never_cost_marks(batch):

@@ -1,4 +1,5 @@
-"""Who handed in which file: the layouts of LMS downloads, and the roster that maps LMS ids to students.
+"""Who handed in which file: the layouts of LMS downloads, the LMSes' class lists, and the roster that maps
+LMS ids to students.
 
 Each layout is a regular expression with named groups, nbgrader's own convention for reading LMS
 downloads (``FileNameCollectorPlugin.named_regexp``): ``student_id`` and ``file_id``, optionally
@@ -36,6 +37,64 @@ LAYOUTS: dict[str, tuple[str, str]] = {
     # A folder per student: <student_id>/01_first_function.ipynb.
     "folders": ("path", r"(?P<student_id>[^/]+)/(?P<file_id>.+)"),
 }
+
+
+@dataclass(frozen=True)
+class ClassList:
+    """A class list as a system writes it: the columns that say it is one, and where each roster field comes from.
+
+    Each field names columns in order of preference: a row's value is that of the first column it fills.
+    """
+
+    name: str
+    marks: tuple[str, ...]               # the file has all of these columns: it is this kind of class list
+    ids: tuple[str, ...]                 # the student id (the folder name in a submissions download)
+    first_name: tuple[str, ...] = ()
+    last_name: tuple[str, ...] = ()
+    sortable_name: tuple[str, ...] = ()  # "Last, First" in one column
+    email: tuple[str, ...] = ()
+    lms_user_id: tuple[str, ...] = ()    # the LMS's own number for the student, which its downloads carry
+    not_students: tuple[str, ...] = ()   # names of rows the LMS adds that are not students
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """Every column this kind of class list reads, each once."""
+        named = (self.ids + self.marks + self.first_name + self.last_name + self.sortable_name + self.email
+                 + self.lms_user_id)
+        return tuple(dict.fromkeys(named))
+
+
+# The class lists `roster` reads, each as its system writes it: the first whose marks and one of whose id columns a
+# file has is used.
+CLASS_LISTS = (
+    # nbgrader's roster (`nbgrader db student import`), also what `collect` and the demo use.
+    ClassList("a roster", marks=("id",), ids=("id",), first_name=("first_name",), last_name=("last_name",),
+              email=("email",), lms_user_id=("lms_user_id",)),
+    # `export`'s grades.csv.
+    ClassList("this course's grades.csv", marks=("student_id", "lms_user_id", "score"), ids=("student_id",),
+              first_name=("first_name",), last_name=("last_name",), email=("email",), lms_user_id=("lms_user_id",)),
+    # Canvas's gradebook export (Grades > Export; canvas-lms lib/gradebook_exporter.rb), also `export`'s canvas.csv:
+    # Student ("Last, First"; or LastName, FirstName), ID (Canvas's user id), SIS User ID (the institution's
+    # student id, when the exporter may see it), SIS Login ID, [Integration ID], [Root Account], Section, then one
+    # column per assignment; its second row is "Points Possible" (a row of posting policies may come before it),
+    # and Student View's "Test Student" comes last.
+    ClassList("Canvas's gradebook export", marks=("ID", "SIS Login ID", "Section"),
+              ids=("SIS User ID", "SIS Login ID", "ID"), first_name=("FirstName",), last_name=("LastName",),
+              sortable_name=("Student",), lms_user_id=("ID",),
+              not_students=("Points Possible", "Student, Test", "Test Student")),
+    # Blackboard Learn's Grade Center download (Work Offline > Download; comma-separated, or tab-separated UTF-16):
+    # Last Name, First Name, Username (Blackboard's key for a student, in its submission downloads), Student ID,
+    # Last Access, Availability, then one column per item ("Assignment 1 [Total Pts: 10 Score] |1234").
+    ClassList("Blackboard's Grade Center download", marks=("Last Name", "First Name", "Username"),
+              ids=("Username",), first_name=("First Name",), last_name=("Last Name",)),
+    # Moodle's participants download (Participants > With selected users... > Download: First name, Last name and
+    # the site's identity fields, by default Email address) and its grade export (Grades > Export > Plain text file:
+    # First name, Last name, ID number, Institution, Department, Email address, then the grade items). Older Moodles
+    # write "Surname". Moodle's downloads name students by full name, which the roster's names match.
+    ClassList("Moodle's participants or grades export", marks=("First name",),
+              ids=("ID number", "Username", "Email address"), first_name=("First name",),
+              last_name=("Last name", "Surname"), email=("Email address",)),
+)
 TIMESTAMP_FORMATS = ("%Y-%m-%d-%H-%M-%S", "%Y%m%d%H%M%S")
 # A student id is a folder name, a gradebook key and a cell of every CSV the course writes: it must not
 # start with a dot (a hidden folder) or with - + = @ (a spreadsheet formula, a command-line option).

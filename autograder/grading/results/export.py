@@ -4,11 +4,13 @@ Scores are grades.csv's, brought up to the gradebook's first (``records.grades.r
 given by hand in the formgrader since ``grade``), after any late penalty, 0 for a student who handed in
 nothing; names and LMS ids come from the roster in the gradebook, and per-test points from its grades.
 
-- ``canvas.csv``: Canvas's gradebook import (Grades > Import): ``Student, ID, SIS User ID, SIS
-  Login ID, Section`` and one column for the assignment, with the "Points Possible" row. Canvas
-  matches students by ``ID``, its own user id: the roster's ``lms_user_id``. Name the column as
-  Canvas's export does (``Assignment 1 (4567)``) to fill an existing assignment; another name
-  makes a new one.
+- ``canvas.csv``: Canvas's gradebook import (Grades > Import), in the columns of its gradebook export:
+  ``Student`` ("Last, First"), ``ID`` (Canvas's user id: the roster's ``lms_user_id``), ``SIS User ID``
+  (the institution's student id: the course's student id), ``SIS Login ID`` (a login, which the course
+  does not know: empty), ``Section`` and one column for the assignment, with the "Points Possible" row.
+  Canvas matches a row by ``ID``, then by ``SIS User ID``, then by name. Name the column as Canvas's
+  export does (``Assignment 1 (4567)``) to fill an existing assignment; another name makes a new one.
+  ``roster`` reads it back.
 - ``grades.csv``: one row per student with ``lms_user_id``, names, email, score, status, lateness.
 - ``per_test.csv``: one row per student, one column per test (its points), for analysing exercises.
 
@@ -61,13 +63,7 @@ def export(course: Course, assignment: str, out_dir: Path, canvas_column: str | 
     column = canvas_column or assignment
 
     canvas = out_dir / "canvas.csv"
-    with CsvFile(canvas) as writer:
-        writer.writerow(CANVAS_FIXED + [column])
-        writer.writerow(["    Points Possible", "", "", "", "", max_score])
-        for sid, row in rows.items():
-            person = details[sid]
-            name = ", ".join(x for x in (person["last_name"], person["first_name"]) if x) or sid
-            writer.writerow([name, person["lms_user_id"], "", sid, "", row["score"]])
+    write_canvas(canvas, column, max_score, {sid: (details[sid], row["score"]) for sid, row in rows.items()})
 
     plain = out_dir / "grades.csv"
     with CsvFile(plain) as writer:
@@ -89,6 +85,16 @@ def export(course: Course, assignment: str, out_dir: Path, canvas_column: str | 
 
     missing_ids = [sid for sid in rows if not details[sid]["lms_user_id"]]
     return Export(canvas, plain, by_test, len(rows), missing_ids, {s: n for s, n in to_grade.items() if n})
+
+
+def write_canvas(path: Path, column: str, max_score, scores: dict[str, tuple[dict[str, str], object]]) -> None:
+    """Canvas's gradebook CSV at ``path``: one row per student id -> (their roster details, their score)."""
+    with CsvFile(path) as writer:
+        writer.writerow(CANVAS_FIXED + [column])
+        writer.writerow(["    Points Possible", "", "", "", "", max_score])
+        for sid, (person, score) in scores.items():
+            name = ", ".join(x for x in (person["last_name"], person["first_name"]) if x)
+            writer.writerow([name, person["lms_user_id"], sid, "", "", score])
 
 
 def _graded_rows(course: Course, assignment: str) -> dict[str, dict]:

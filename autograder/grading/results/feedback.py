@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
+from nbconvert.preprocessors import Preprocessor
 from nbconvert.preprocessors.sanitize import SanitizeHTML
 from nbgrader.coursedir import CourseDirectory
 from traitlets import Any, Bool, List, Unicode
@@ -24,9 +25,12 @@ from autograder.course import Course, CourseError
 from autograder.grading.records import deadlines
 from autograder.grading.records.grades import refresh_scores
 from autograder.grading.results.markup import STUDENT_ATTRIBUTES, STUDENT_TAGS, markdown_to_html
-from autograder.grading.running.messages.protocol import defuse_markers
+from autograder.grading.running.messages.protocol import HIDDEN_TESTS_BEGIN, HIDDEN_TESTS_END, defuse_markers
 
-HIDDEN_MARKERS = ("### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS")
+HIDDEN_MARKERS = (HIDDEN_TESTS_BEGIN, HIDDEN_TESTS_END)
+# nbgrader's own comment on an answer cell left as released (SaveAutoGrades' auto_comment): its failing test already
+# says so, and the page's contents list would show it as one more "Comment" entry.
+NO_RESPONSE = "No response."
 
 
 class SanitizeStudentHTML(SanitizeHTML):
@@ -87,6 +91,20 @@ class SanitizeStudentHTML(SanitizeHTML):
             except Exception:  # shown as text, as any markdown its renderer cannot take
                 data.setdefault("text/plain", text)
         return outputs
+
+
+class WithoutNoResponse(Preprocessor):
+    """nbgrader's automatic comment on an unanswered cell (``NO_RESPONSE``) left off the feedback page and its
+    contents list; a comment the instructor wrote stays. (After nbgrader's GetGrades, which puts comments on cells:
+    ``autograder/authoring/nbgrader_config.py``.)"""
+
+    enabled = Bool(True)
+
+    def preprocess_cell(self, cell, resources, index):
+        grading = cell.metadata.get("nbgrader", {})
+        if grading.get("comment") == NO_RESPONSE:
+            grading["comment"] = None
+        return cell, resources
 
 
 def released_markdown(coursedir: CourseDirectory, resources: dict) -> set[str]:
@@ -182,10 +200,14 @@ def _unfinished_page(course: Course, assignment: str, student: str, notebook: st
 # nbgrader's feedback template loads MathJax from a CDN, whatever HTMLExporter.mathjax_url says; the
 # maths is MathML already (markup.py), so the page needs no script at all.
 MATHJAX_BLOCK = re.compile(r"<!-- Load mathjax -->.*?<!-- End of mathjax configuration -->", re.S)
-# Long error lines, outputs and code lines wrap inside the page's width instead of running off it.
+# Long error lines, outputs and code lines wrap inside the page's width instead of running off it; a markdown
+# table's cells are spaced and ruled (the page's Bootstrap sets their padding to 0: "Exercise 1LayerNorm").
 PAGE_STYLE = ("<style>div.output_area pre, div.input_area pre, code.tex "
               "{white-space: pre-wrap; overflow-wrap: anywhere;} math[display=block] {margin: .5em 0;} "
-              "details > summary {display: list-item; cursor: pointer;}</style>")
+              "details > summary {display: list-item; cursor: pointer;} "
+              ".rendered_html table {border-collapse: collapse; margin: .5em 0;} "
+              ".rendered_html th, .rendered_html td {padding: .3em .8em; border: 1px solid #ccc; text-align: left; "
+              "vertical-align: top;}</style>")
 
 
 def self_contained(page: str) -> str:

@@ -12,11 +12,7 @@ import os
 import signal
 
 from autograder.grading.running.confinement.limits import CellTimeout, Limits, isolate
-from autograder.grading.running.messages.protocol import send, send_crash
-
-HIDDEN_TESTS_MARKER = "### BEGIN " "HIDDEN TESTS"  # written in two parts: no shipped file holds the marker itself
-HIDDEN_TESTS_END = "### END HIDDEN TESTS"
-
+from autograder.grading.running.messages.protocol import HIDDEN_TESTS_BEGIN, HIDDEN_TESTS_END, send, send_crash
 
 
 def child_main(cells, cwd, limits: Limits, env, judged: bool, connection) -> None:
@@ -45,7 +41,7 @@ def child_main(cells, cwd, limits: Limits, env, judged: bool, connection) -> Non
             source = "".join(source) if isinstance(source, list) else source
             send(connection, ["start", index])
             limit = min(limits.after_timeout, limits.cell_timeout) if timed_out else limits.cell_timeout
-            recorder.begin(hidden=cell.get("hidden", False) or HIDDEN_TESTS_MARKER in source, limit=limit,
+            recorder.begin(hidden=cell.get("hidden", False) or HIDDEN_TESTS_BEGIN in source, limit=limit,
                            memory=limits.memory)
             signal.setitimer(signal.ITIMER_REAL, limit)
             outcome = None
@@ -82,9 +78,9 @@ def hidden_test_lines(cells: list[dict]) -> list[str]:
         source = cell.get("source", "")
         inside = False
         for line in ("".join(source) if isinstance(source, list) else source).splitlines():
-            if HIDDEN_TESTS_MARKER in line or HIDDEN_TESTS_END in line:
-                inside = HIDDEN_TESTS_MARKER in line
+            if HIDDEN_TESTS_BEGIN in line or HIDDEN_TESTS_END in line:
+                inside = HIDDEN_TESTS_BEGIN in line
                 continue
             (hidden if inside else shown).add(line.strip())
-    lines = [line for line in hidden - shown if len(line) >= 8] + [HIDDEN_TESTS_MARKER, HIDDEN_TESTS_END]
+    lines = [line for line in hidden - shown if len(line) >= 8] + [HIDDEN_TESTS_BEGIN, HIDDEN_TESTS_END]
     return sorted(lines, key=len, reverse=True)
