@@ -26,15 +26,15 @@ interpreter's, and its files are named ``attention_cpu``.)
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from autograder.authoring.kernel_timings import kernel_provenance, solution_namespace, solution_sha256, write_record
+from autograder.authoring.kernel_timings import (
+    kernel_provenance, run_recorder, solution_namespace, solution_sha256, write_record,
+)
 
 NOTEBOOK = Path(__file__).resolve().parents[2] / "solutions" / "11_flash_attention" / "11_flash_attention.ipynb"
 CELLS = ("setup", "tiles", "attention-references", "attention_forward", "attention_backward",
@@ -219,23 +219,8 @@ def write(out_dir: Path, data: dict) -> list[Path]:
 def record(out_dir, device: str = "cuda", timeout: float = 540) -> dict:
     """Measure on this machine's GPU, write the record and its summary into ``out_dir``, and return the record
     (``{"status": "skipped", ...}`` without CUDA, or for another ``device``). ``autograder.authoring.gpu_check`` calls
-    it. The measurement runs in a fresh Python (this module's command line) without TRITON_INTERPRET: whether Triton
-    compiles or interprets is fixed when a process first imports it."""
-    import torch
-
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    if not torch.cuda.is_available() or torch.device(device).type != "cuda":
-        (out_dir / "attention_cuda.txt").write_text(SKIPPED + "\n", encoding="utf-8")
-        return {"status": "skipped", "reason": SKIPPED}
-    environment = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
-    with tempfile.TemporaryDirectory(prefix="attention-timings-triton-") as cache:  # compiled kernels: not in a home
-        environment.setdefault("TRITON_CACHE_DIR", cache)
-        done = subprocess.run([sys.executable, "-m", "autograder.authoring.attention_timings", str(out_dir.resolve())],
-                              cwd=NOTEBOOK.parents[2], env=environment, capture_output=True, text=True, timeout=timeout)
-    if done.returncode != 0:
-        raise RuntimeError(f"attention timings failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
-    return json.loads((out_dir / "attention_cuda.json").read_text(encoding="utf-8"))
+    it (``kernel_timings.run_recorder``: this module's command line in a fresh Python, Triton compiling)."""
+    return run_recorder("autograder.authoring.attention_timings", "attention", out_dir, device, timeout)
 
 
 def main(argv: list[str] | None = None) -> int:
