@@ -3,7 +3,7 @@
 For whoever next has an NVIDIA GPU (``make gpu-check``). It needs only python3 with torch, numpy,
 matplotlib and pytest: no internet, none of the course's other dependencies (no nbgrader, Jupyter or
 Playwright); run it from the repository's root with ``PYTHONPATH=.``. In order, each step within
-the time left of ``--budget`` seconds (default 420: seven minutes on one GPU):
+the time left of ``--budget`` seconds (default 560: under the ten minutes one command may run on a lent GPU):
 
 1. the machine: GPU, driver's CUDA, torch, Triton;
 2. every checker entry point on CUDA tensors, with right and wrong Functions
@@ -19,13 +19,19 @@ the time left of ``--budget`` seconds (default 420: seven minutes on one GPU):
    ``triton.testing.do_bench``; CUDA events; read and write bandwidth; matrix products): a tool that
    fails fails the step, the others are still recorded;
 5. the tests marked ``gpu`` (pytest), reading the record step 4 made;
-6. assignment 10's kernel timings (``KERNEL_TIMINGS``, below: ``autograder.authoring.kernel_timings``).
+6. assignment 10's kernel timings (``KERNEL_TIMINGS``, below: ``autograder.authoring.kernel_timings``);
+7. assignment 11's attention timings (``autograder.authoring.attention_timings.record``: the solution's
+   FlashAttention checked at the timed shape, then timed against PyTorch's flash and cuDNN backends, and
+   FlashAttention-3 where installed, medians of five alternating rounds, with the GPU's clocks and a
+   fingerprint of the timed cells).
 
 It writes into OUT_DIR, which it creates: ``report.md`` (what ran and what it found), ``gpu_check.json``
 (all of it as data), ``pytest.log``, and assignment 07's new record: ``reference_cuda.json``, its two figures
 ``reference_cuda_time.png`` and ``reference_cuda_throughput.png``, and its trace ``profile_cuda.json`` (copy
 these four into ``autograder/student/data/`` to ship them); then assignment 10's ``kernels_cuda.json`` and
-``kernels_cuda.txt``. Without CUDA every GPU step says "no CUDA: skipped" and the command still ends cleanly.
+``kernels_cuda.txt``, and assignment 11's ``attention_cuda.json`` and ``attention_cuda.txt`` (eleven files in
+all: a tool that brings back at most eight takes the folder as one archive, ``tar czf gpu-check.tgz OUT_DIR``).
+Without CUDA every GPU step says "no CUDA: skipped" and the command still ends cleanly.
 Exit status 0 when nothing failed.
 """
 
@@ -55,8 +61,9 @@ SWEEP = {"min_exp": 12, "max_exp": 27, "step": 3}  # 2**12, 2**15, ..., 2**27: s
 # --device cpu runs every step on the CPU, to check the command itself on a machine without a GPU: tiny sizes.
 CPU_SWEEP = {"min_exp": 8, "max_exp": 12, "step": 2}
 # Seconds of the budget kept from the recorder for the steps after it: the tests marked gpu and
-# assignment 10's kernel timings (Triton compiles its kernels on a fresh machine first).
-RESERVED = 150
+# assignments 10's and 11's kernel timings (Triton compiles their kernels on a fresh machine first).
+RESERVED = 330
+ATTENTION_NEEDS = 60  # seconds the attention timings need at least; they get what is left of the budget
 CPU_OPTIONS = ("--no-compile", "--warmup", "2", "--repeats", "5", "--timer-seconds", "0.1", "--threads", "1")
 TOOL_KEYS = ("launch_overhead", "events", "memory", "matmul")  # what record_tools adds to the record, for the report
 NO_CUDA = "no CUDA: skipped"
@@ -264,6 +271,18 @@ def kernel_timings(step: Step, out: Path, device: str = "cuda") -> None:
     step.summary = text.read_text(encoding="utf-8") if text.is_file() else f"{KERNEL_TIMINGS}: {len(step.data)} entries"
 
 
+def attention_timings(step: Step, out: Path, device: str = "cuda", timeout: float = 540) -> None:
+    """Assignment 11's recorder (``attention_timings.record``), in a fresh Python: its record, or what stopped it."""
+    from autograder.authoring import attention_timings as recorder
+
+    step.data = recorder.record(out, device, timeout=timeout)
+    if step.data.get("status") == "skipped":
+        step.summary = step.data["reason"]
+        return
+    step.status = "passed"
+    step.summary = (out / f"attention_{device}.txt").read_text(encoding="utf-8")
+
+
 # ---------------------------------------------------------------------------------------------
 # The report
 
@@ -306,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
                                      description="Check the course's GPU half on a GPU; write a report into OUT_DIR.")
     parser.add_argument("out_dir", type=Path, help="the folder to write report.md, gpu_check.json, pytest.log and "
                                                    "the new record into (created)")
-    parser.add_argument("--budget", type=float, default=420.0, help="seconds for all steps (default 420)")
+    parser.add_argument("--budget", type=float, default=560.0, help="seconds for all steps (default 560)")
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
                         help="cpu: run every step on the CPU, on tiny sizes, to check this command without a GPU")
     args = parser.parse_args(argv)
@@ -331,6 +350,8 @@ def main(argv: list[str] | None = None) -> int:
     check.run("tests marked gpu", 20, lambda step: gpu_tests(step, check.out, timeout=max(check.left(), 20)),
               needs_device=False)
     check.run("assignment 10's kernel timings (hook)", 30, lambda step: kernel_timings(step, check.out, device))
+    check.run("assignment 11's attention timings", ATTENTION_NEEDS,
+              lambda step: attention_timings(step, check.out, device, timeout=check.left()))
     print(f"[gpu_check] wrote {check.out / 'report.md'}")
     return 0 if all(s.status != "failed" and s.status != "error" for s in check.steps) else 1
 

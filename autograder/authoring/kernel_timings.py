@@ -105,27 +105,34 @@ def kernel_provenance(device: str, source: str) -> dict:
 def record(out_dir, device: str = "cuda") -> dict:
     """Measure the solution kernels on this machine's GPU, write the record and its summary into ``out_dir``, and
     return the record (``{"status": "skipped", ...}`` without CUDA, or for another ``device``: the kernels are
-    timed on CUDA only). ``autograder.authoring.gpu_check`` calls it as its last step.
+    timed on CUDA only). ``autograder.authoring.gpu_check`` calls it (``run_recorder``: in a fresh Python)."""
+    return run_recorder("autograder.authoring.kernel_timings", "kernels", out_dir, device, timeout=600)
 
-    The measurement runs in a fresh Python (this module's command line) without TRITON_INTERPRET: whether
-    Triton compiles or interprets is fixed when a process first imports it, and the caller (a GPU check that
-    also grades) may have imported it for the interpreter.
+
+def run_recorder(module: str, name: str, out_dir, device: str = "cuda", timeout: float = 600) -> dict:
+    """Run 10's or 11's recorder (``python -m module OUT_DIR``) on this machine's GPU and return the record it wrote,
+    ``<name>_cuda.json`` in ``out_dir`` (``{"status": "skipped", ...}``, with ``<name>_cuda.txt`` saying so, without
+    CUDA or for another ``device``).
+
+    The measurement runs in a fresh Python without TRITON_INTERPRET: whether Triton compiles or interprets is fixed
+    when a process first imports it, and the caller (a GPU check that also grades) may have imported it for the
+    interpreter.
     """
     import torch
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     if not torch.cuda.is_available() or torch.device(device).type != "cuda":
-        (out_dir / "kernels_cuda.txt").write_text(SKIPPED + "\n", encoding="utf-8")
+        (out_dir / f"{name}_cuda.txt").write_text(SKIPPED + "\n", encoding="utf-8")
         return {"status": "skipped", "reason": SKIPPED}
-    environment = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
-    with tempfile.TemporaryDirectory(prefix="kernel-timings-triton-") as cache:  # Triton's compiled kernels: not in a home
+    environment = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    with tempfile.TemporaryDirectory(prefix=f"{name}-timings-triton-") as cache:  # compiled kernels: not in a home
         environment.setdefault("TRITON_CACHE_DIR", cache)
-        done = subprocess.run([sys.executable, "-m", "autograder.authoring.kernel_timings", str(out_dir.resolve())],
-                              cwd=NOTEBOOK.parents[2], env=environment, capture_output=True, text=True, timeout=600)
+        done = subprocess.run([sys.executable, "-m", module, str(out_dir.resolve())], cwd=NOTEBOOK.parents[2],
+                              env=environment, capture_output=True, text=True, timeout=timeout)
     if done.returncode != 0:
-        raise RuntimeError(f"kernel timings failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
-    return json.loads((out_dir / "kernels_cuda.json").read_text(encoding="utf-8"))
+        raise RuntimeError(f"{name} timings failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
+    return json.loads((out_dir / f"{name}_cuda.json").read_text(encoding="utf-8"))
 
 
 def write_record(out_dir: Path, name: str, data: dict, lines: list[str]) -> list[Path]:
@@ -143,10 +150,11 @@ def write(out_dir: Path, data: dict) -> list[Path]:
     return write_record(out_dir, "kernels", data, summary(data))
 
 
-def solution_sha256(notebook: Path = NOTEBOOK) -> str:
-    """A fingerprint of the kernel cells the record times (``KERNEL_CELLS``' sources): it changes when they do."""
-    cells = {cell.get("id"): "".join(cell["source"]) for cell in json.loads(notebook.read_text())["cells"]}
-    return hashlib.sha256("\n".join(cells[name] for name in KERNEL_CELLS).encode()).hexdigest()
+def solution_sha256(notebook: Path = NOTEBOOK, cells: tuple[str, ...] = KERNEL_CELLS) -> str:
+    """A fingerprint of the cells a record times (by default 10's ``KERNEL_CELLS``; 11's recorder names its own):
+    it changes when their sources do."""
+    sources = {cell.get("id"): "".join(cell["source"]) for cell in json.loads(notebook.read_text())["cells"]}
+    return hashlib.sha256("\n".join(sources[name] for name in cells).encode()).hexdigest()
 
 
 def measure(device: str = "cuda", sizes=SIZES, tiles=TILES, check_elements: int = 2 ** 20,

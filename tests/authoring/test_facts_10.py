@@ -6,6 +6,7 @@ imports triton). What the notebook says about GPUs comes from the recorded H200 
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -239,3 +240,35 @@ def test_do_bench_returns_the_mean_unless_asked_for_the_median():
     import inspect
 
     assert inspect.signature(triton.testing.do_bench).parameters["return_mode"].default == "mean"
+
+
+TRITON_OP_DEMO = r'''
+import json, sys, torch
+from autograder.authoring.kernel_timings import NOTEBOOK
+from autograder.authoring.notebook_script import run_cells
+contiguous = "    x = x.contiguous()"
+if sys.argv[1] == "without":  # the demonstration as it was: y = torch.empty_like(x) of whatever x was given
+    import autograder.authoring.notebook_script as script
+    compile_cell = script.compile_cell
+    script.compile_cell = lambda source, name: compile_cell(source.replace(contiguous + "  #", "    pass  #"), name)
+names = run_cells(NOTEBOOK, ["setup", "tiles", "bias_gelu_forward", "cell-triton-op"], "solution_10_triton_op")
+torch.use_deterministic_algorithms(False)
+torch.manual_seed(0)
+x, bias = torch.randn(40, 9).t(), torch.randn(40)  # shape [9, 40], strides (1, 40): rows not in order in memory
+y = names["bias_gelu_seen_inside"](x, bias)
+print(json.dumps({"difference": float((y - names["bias_gelu_reference"](x, bias)).abs().max()),
+                  "contiguous": y.is_contiguous()}))
+'''
+
+
+@pytest.mark.parametrize("demo", ["with", "without"])
+def test_the_triton_op_demonstration_is_right_on_a_transposed_input_and_was_not_before(demo):
+    """10's `triton_op` demonstration makes x contiguous before it launches a kernel that reads rows in order (the
+    stride slip the notebook teaches students to avoid); without that line, a transposed x gives wrong values."""
+    done = subprocess.run([sys.executable, "-c", TRITON_OP_DEMO, demo], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    if demo == "with":
+        assert found == {"difference": pytest.approx(0.0, abs=1e-5), "contiguous": True}
+    else:
+        assert found["difference"] > 0.1, found

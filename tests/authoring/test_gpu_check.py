@@ -65,14 +65,15 @@ def test_without_cuda_on_a_bare_machine_every_gpu_step_says_so_and_the_command_e
     skipped = [name for name, (status, summary) in outcome.items() if summary == gpu_check.NO_CUDA]
     assert skipped == ["checker entry points on cuda", "07 on the GPU, cell by cell",
                        "07 with no GPU visible (CUDA build, as on Colab's CPU runtime)",
-                       "recorder: sweep and like-with-like timer checks", "assignment 10's kernel timings (hook)"]
+                       "recorder: sweep and like-with-like timer checks", "assignment 10's kernel timings (hook)",
+                       "assignment 11's attention timings"]
     # the tests marked gpu ran there, conftest and all, and skipped for want of CUDA
     status, summary = outcome["tests marked gpu"]
     assert status == "passed" and "skipped" in summary and "error" not in summary, summary
     log = (out / "pytest.log").read_text()
     assert "SKIPPED" in log and "needs a CUDA device" in log and "ModuleNotFoundError" not in log
     report = (out / "report.md").read_text()
-    assert report.count(gpu_check.NO_CUDA) >= 5 and "| tests marked gpu | passed |" in report
+    assert report.count(gpu_check.NO_CUDA) >= 6 and "| tests marked gpu | passed |" in report
     assert sorted(p.name for p in out.iterdir()) == ["gpu_check.json", "pytest.log", "report.md"]
 
 
@@ -177,6 +178,26 @@ def test_the_kernel_timings_hook_calls_assignment_10s_recorder_or_says_it_is_not
     step = gpu_check.Step("hook")
     gpu_check.kernel_timings(step, tmp_path, "cpu")
     assert step.status == "passed" and step.data == {"device": "cpu"}
+
+
+def test_the_attention_timings_step_runs_assignment_11s_recorder_and_says_when_it_cannot(tmp_path, monkeypatch):
+    """The step's GPU half is the recorder's command line (tests/authoring/test_attention_timings.py runs it on the CPU
+    with --device cpu); here, what the step makes of the recorder's answers."""
+    from autograder.authoring import attention_timings
+
+    step = gpu_check.Step("attention")
+    gpu_check.attention_timings(step, tmp_path, "cpu")  # timed on CUDA only
+    assert (step.status, step.summary) == ("skipped", attention_timings.SKIPPED)
+    assert (tmp_path / "attention_cuda.txt").read_text() == attention_timings.SKIPPED + "\n"
+
+    def recorded(out, device, timeout):
+        (out / f"attention_{device}.txt").write_text("the summary\n")
+        return {"device": device, "timeout": timeout}
+
+    monkeypatch.setattr(attention_timings, "record", recorded)
+    step = gpu_check.Step("attention")
+    gpu_check.attention_timings(step, tmp_path, "cuda", timeout=123)
+    assert (step.status, step.summary, step.data) == ("passed", "the summary\n", {"device": "cuda", "timeout": 123})
 
 
 NOTEBOOK = {"cells": [

@@ -48,8 +48,8 @@ def layer_norm_forward(x, weight, bias):
     N = x.shape[-1]
     M = x.numel() // N
     y = torch.empty_like(x)
-    mean = torch.empty((M,), dtype=x.dtype, device=x.device)
-    rstd = torch.empty((M,), dtype=x.dtype, device=x.device)
+    mean = torch.empty((M,), dtype=torch.promote_types(x.dtype, torch.float32), device=x.device)
+    rstd = torch.empty((M,), dtype=torch.promote_types(x.dtype, torch.float32), device=x.device)
     BLOCK_SIZE = triton.next_power_of_2(N)
     layer_norm_forward_kernel[(M,)](x, weight, bias, y, mean, rstd, N, EPS, BLOCK_SIZE=BLOCK_SIZE)
     return y, mean, rstd
@@ -61,7 +61,7 @@ def layer_norm_forward_kernel(x_ptr, weight_ptr, bias_ptr, y_ptr, mean_ptr, rstd
     i = tl.program_id(axis=0).to(tl.int64)
     offs = tl.arange(0, BLOCK_SIZE)
     m = offs < n_columns
-    x = tl.load(x_ptr + i * n_columns + offs, mask=m, other=0.0)
+    x = at_least_float32(tl.load(x_ptr + i * n_columns + offs, mask=m, other=0.0))
     mu = tl.sum(x) / n_columns
     d = tl.where(m, x - mu, 0)
     r = tl.rsqrt(tl.sum(d * d) / n_columns + eps)
@@ -75,8 +75,8 @@ def layer_norm_forward(x, weight, bias):
     C = weight.numel()
     rows = x.reshape(-1, C).contiguous()
     y = torch.empty_like(rows)
-    mean = rows.new_empty(rows.shape[0])
-    rstd = rows.new_empty(rows.shape[0])
+    mean = rows.new_empty(rows.shape[0], dtype=torch.promote_types(x.dtype, torch.float32))
+    rstd = rows.new_empty(rows.shape[0], dtype=torch.promote_types(x.dtype, torch.float32))
     layer_norm_forward_kernel[(rows.shape[0],)](rows, weight, bias, y, mean, rstd, C, EPS,
                                                 BLOCK_SIZE=triton.next_power_of_2(C))
     return y.view(x.shape), mean, rstd
