@@ -27,11 +27,13 @@ import torch
 
 from autograder.student.checker.harness import _copies, as_data, same_data, short
 from autograder.student.checker.messages import _number
+from autograder.student.checker.overwrites import _same_values
 from autograder.student.checker.references import CheckFailure, _Tensor
 
 TILE_SIDES = tuple(2 ** k for k in range(11))  # square tiles a kernel may use: 1 ... 1024
 PADDING = 3  # the extra elements per row of check_kernel's non-contiguous copies
 ONE_ROW, STRIDED = "one row", "strided"
+WRITTEN = "written over"  # not a run: the arguments the launcher wrote over in the given run (``written_over``)
 
 
 def check_kernel(function, reference, *args, rtol: float = 1e-5, atol: float = 1e-5, strided: bool = True) -> None:
@@ -65,7 +67,11 @@ def kernel_runs(function, args, strided: bool = True) -> dict:
     outcome (``{"result": ...}`` or ``{"error": exception}``) on copies of ``args`` ("given"); with ``strided``,
     on copies whose matrices are not contiguous ("strided"; and "strided k" for matrix k alone where that
     differs from "given"); and on their first row alone ("one row", where the first matrix has several rows)."""
-    runs = {"given": _outcome(function, _copies(args))}
+    given = _copies(args)
+    runs = {"given": _outcome(function, given)}
+    written = written_over(function, args, given)
+    if written:
+        runs[WRITTEN] = {"result": written}
     matrices = [i for i, a in enumerate(args) if isinstance(a, _Tensor) and a.dim() >= 2 and a.numel() > 1]
     if strided and matrices and "result" in runs["given"]:
         runs[STRIDED] = _outcome(function, not_contiguous(args, matrices))
@@ -91,7 +97,31 @@ def kernel_verdict(name: str, runs: dict, reference, args, rtol: float = 1e-5, a
         return kernel_problem(name, None, want, rtol, atol, error=text) if _error_hint(text) is not None else None
     problem = kernel_problem(name, given.get("result"), want, rtol, atol, right_on_one_row=right_on_one_row,
                              args=args)
-    return problem or _layout_problem(name, runs, want, reference, args, rtol, atol)
+    return (problem or _layout_problem(name, runs, want, reference, args, rtol, atol)
+            or written_problem(name, runs.get(WRITTEN)))
+
+
+def written_over(function, args, copies) -> list:
+    """``[[position, name], ...]`` of the tensor arguments that ``function``, called on ``copies`` of ``args``,
+    wrote over (their values changed), named by its own parameter names."""
+    names = _parameter_names(function, len(args))
+    return [[i, names[i]] for i, (a, c) in enumerate(zip(args, copies))
+            if isinstance(a, _Tensor) and isinstance(c, _Tensor) and not _same_values(c, a)]
+
+
+def written_problem(name: str, written) -> str | None:
+    """What ``written_over`` found, in words (from either process: what the names are is checked here)."""
+    found = written.get("result") if isinstance(written, dict) else None
+    found = [e for e in found[:8] if isinstance(e, list) and len(e) == 2 and type(e[0]) is int] \
+        if isinstance(found, list) else []
+    if not found:
+        return None
+    said = [f"`{n}`" if isinstance(n, str) and n.isidentifier() and len(n) <= 60 else f"argument {i + 1}"
+            for i, n in found]
+    return (f"{name} wrote over {' and '.join(said)}, which it was given: the caller still holds "
+            f"{'it' if len(said) == 1 else 'them'} and expects {'its' if len(said) == 1 else 'their'} values "
+            f"unchanged (a backward that reads them again, a second call). Have the kernels store into new tensors "
+            f"(torch.empty_like(x)), never into the pointers of the arguments")
 
 
 @contextlib.contextmanager

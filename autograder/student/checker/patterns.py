@@ -10,6 +10,8 @@ transposed, an ignored output, a constant factor, a flipped sign), only where th
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from autograder.student.checker.messages import _a_tensor_on, _DEVICE_RULE, _dtype, _dtype_name, _shape
@@ -76,6 +78,36 @@ def _wrong_shape(got, j, name, expected, inputs, rtol, atol, summed: bool) -> st
         hint = ""
     return (f"backward's gradient for `{name}` has shape {_shape(r)}, but `{name}` has shape "
             f"{_shape(e)}: each gradient must have its input's shape.{hint}")
+
+
+def _is_integer_tensor(value) -> bool:
+    """An integer or bool tensor: one autograd never differentiates with respect to."""
+    return isinstance(value, _Tensor) and not value.is_floating_point() and not value.is_complex()
+
+
+def integer_gradient(name: str, dtype) -> str:
+    """backward returned a gradient for ``name``, a tensor of the integer (or bool) ``dtype``."""
+    kind = "a bool" if dtype == torch.bool else "an integer"
+    return (f"backward returned a gradient for `{name}`, which is {kind} tensor ({_dtype_name(dtype)}): only "
+            f"floating-point tensors have gradients, and autograd drops this one without a word. Return None in its "
+            f"place.")
+
+
+def cast_words(name: str, returned, dtype) -> str:
+    """' (backward returned it in float16, ...)': what autograd did to a gradient of another float dtype than its
+    input's, and whether that can be why it is wrong; "" where the dtypes agree."""
+    if returned == dtype or not returned.is_floating_point:
+        return ""
+    said = (f" (backward returned it in {_dtype_name(returned)}, which autograd casts to `{name}`'s "
+            f"{_dtype_name(dtype)}")
+    coarse, fine = torch.finfo(returned), torch.finfo(dtype)
+    digits = {d: round(-math.log10(f.resolution)) for d, f in ((returned, coarse), (dtype, fine))}
+    if coarse.eps <= fine.eps:
+        return said + f", which keeps all {_dtype_name(dtype)} can hold: the dtype is not what makes it wrong)"
+    return (said + f", but only after backward rounded it to {_dtype_name(returned)}, which keeps about "
+            f"{digits[returned]} significant digits where {_dtype_name(dtype)} keeps {digits[dtype]}: compute it in "
+            f"`{name}`'s dtype, making new tensors with dtype={name}.dtype and converting nothing to "
+            f"{_dtype_name(returned)})")
 
 
 def _tidied(gradient, like, dtype):
