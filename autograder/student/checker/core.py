@@ -3,7 +3,9 @@
 Forward's outputs are compared with the reference's; backward's gradients with torch autograd's
 on the reference, for random upstream gradients (all outputs at once and each output alone).
 What backward returns is first checked raw, by calling the graph node directly, before autograd
-would sum, cast or reject it.
+would sum, cast, drop or reject it; that run also watches what backward must leave alone (its inputs,
+forward's outputs, the saved tensors, grad_output) and calls backward a second time on the same graph
+(``overwrites``).
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from autograder.student.checker.messages import (
     _run_student, _shape, _short, _same_value, wrong_gradient, wrong_output,
 )
 from autograder.student.checker.patterns import (
-    _diagnose, _is_integer_tensor, _is_tensor_close, _raw_problem, _returned_none, _tidied, cast_words, integer_gradient,
+    _diagnose, _is_integer_tensor, _is_tensor_close, _raw_problem, _returned_none, _tidied, integer_gradient,
+    tidying_words,
 )
 from autograder.student.checker.overwrites import overwrite_problem, overwritten, second_backward, second_problem, watch
 from autograder.student.checker.flags import _FLAG_RULE, _explain_needs_input_grad_error, _flag_branches, _wrong_flag
@@ -371,26 +374,7 @@ def _raw_gradients(function, reference, inputs, case, report, rtol, atol):
             unsound.add(j)
     tidied = [g if j in unsound else _tidied(g, expected[j], inputs.working_dtype(inputs.args[i]))
               for j, (i, g) in enumerate(zip(inputs.tensor_positions, got))]
-    notes = {}  # what autograd did to a gradient before judging it: summed it to its input's shape, cast it
-    for j, (i, g) in enumerate(zip(inputs.tensor_positions, got)):
-        if j not in unsound and isinstance(g, _Tensor):
-            words = (_summed_words(got, j, expected, inputs, rtol, atol) if g.shape != expected[j].shape else "") \
-                + cast_words(names[i], g.dtype, inputs.working_dtype(inputs.args[i]))
-            if words:
-                notes[j] = words
-    return tidied, unsound, notes, second
-
-
-def _summed_words(got, j, expected, inputs, rtol, atol) -> str:
-    """' (backward returned it with shape [4, 3], which autograd summed to ...)', or, where it is another input's
-    gradient, that backward returns its gradients in the wrong order."""
-    names = [inputs.names[i] for i in inputs.tensor_positions]
-    whose = [k for k, e in enumerate(expected) if k != j and _close(got[j], e, rtol, atol)]
-    if whose:
-        return (f" (backward returned it with shape {_shape(got[j])}: it is the gradient of `{names[whose[0]]}`, so "
-                f"backward returns its gradients in the wrong order)")
-    return (f" (backward returned it with shape {_shape(got[j])}, which autograd summed to `{names[j]}`'s shape "
-            f"{_shape(expected[j])})")
+    return tidied, unsound, tidying_words(got, expected, inputs, unsound, rtol, atol), second
 
 
 def _check_constant_gradient(reference, inputs, case, i, got, report, rtol, atol) -> None:

@@ -45,7 +45,8 @@ def check_kernel(function, reference, *args, rtol: float = 1e-5, atol: float = 1
     on their first row alone (``kernel_runs``). Raises AssertionError saying
     what is wrong and, where the pattern shows it, which mistake: a forgotten tail, blocks that start in
     the wrong place, elements never written, a wrong row stride, a matrix assumed contiguous, a sum over
-    the wrong axis, one block's partial sum where all of them should be added.
+    the wrong axis, one block's partial sum where all of them should be added; and a launcher that wrote
+    over an argument it was given (its kernel stored into the argument's pointer), named by its parameter name.
     """
     __tracebackhide__ = True  # noqa: F841 - IPython leaves the checker's frames out of a failing test's traceback
     name = getattr(function, "__name__", "your function")

@@ -131,16 +131,15 @@ def overwrite_problem(found: list[dict], names: list[str], outputs: int) -> str 
     if in_place:
         how.append("in place (an in-place operation such as sqrt_, mul_ or x[...] = ...)")
     if through_memory:
-        how.append("through its memory: its values changed and autograd's version counter did not, as when a "
-                   "kernel stores (tl.store) into the tensor's pointer, or code writes through .data")
+        how.append("through memory (the values changed and autograd's version counter did not: a kernel stored "
+                   "into the tensor's pointer with tl.store, or code wrote through .data)")
     fixes = (["compute new tensors (y.sqrt(), not y.sqrt_())"] if in_place else []) + (
         ["have the kernel store into new tensors (torch.empty_like(x)), not into the pointers of what it was "
          "given"] if through_memory else [])
     return (f"backward wrote over {' and '.join(described)}, {' and '.join(how)}. backward must leave what it is "
             f"given as it found it: the caller still holds forward's inputs and outputs, and a second backward "
-            f"through the same graph (retain_graph=True) reads the saved tensors again (autograd checks their version "
-            f"counter, and fails on a changed one; torch.autograd.gradcheck finds it too). To fix it, "
-            f"{' and '.join(fixes)}.")
+            f"through the same graph (retain_graph=True, as torch.autograd.gradcheck runs) reads the saved tensors "
+            f"again. To fix it, {' and '.join(fixes)}.")
 
 
 def _described(entry: dict, names: list[str], outputs: int) -> str:

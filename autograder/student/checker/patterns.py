@@ -110,6 +110,32 @@ def cast_words(name: str, returned, dtype) -> str:
             f"{_dtype_name(returned)})")
 
 
+def tidying_words(got, expected, inputs, unsound, rtol, atol) -> dict[int, str]:
+    """For each gradient ``got[j]`` (of tensor input j, as backward returned it) that autograd would sum to its
+    input's shape or cast to its dtype before judging it, and is not ``unsound``, the words that say so: added to
+    its message if it is wrong."""
+    notes = {}
+    for j, (i, g) in enumerate(zip(inputs.tensor_positions, got)):
+        if j not in unsound and isinstance(g, _Tensor):
+            words = (_summed_words(got, j, expected, inputs, rtol, atol) if g.shape != expected[j].shape else "") \
+                + cast_words(inputs.names[i], g.dtype, inputs.working_dtype(inputs.args[i]))
+            if words:
+                notes[j] = words
+    return notes
+
+
+def _summed_words(got, j, expected, inputs, rtol, atol) -> str:
+    """' (backward returned it with shape [4, 3], which autograd summed to ...)', or, where it is another input's
+    gradient, that backward returns its gradients in the wrong order."""
+    names = [inputs.names[i] for i in inputs.tensor_positions]
+    whose = [k for k, e in enumerate(expected) if k != j and _close(got[j], e, rtol, atol)]
+    if whose:
+        return (f" (backward returned it with shape {_shape(got[j])}: it is the gradient of `{names[whose[0]]}`, so "
+                f"backward returns its gradients in the wrong order)")
+    return (f" (backward returned it with shape {_shape(got[j])}, which autograd summed to `{names[j]}`'s shape "
+            f"{_shape(expected[j])})")
+
+
 def _tidied(gradient, like, dtype):
     """A gradient as autograd leaves it for an input like ``like``: summed to its shape, cast to ``dtype``."""
     if not isinstance(gradient, _Tensor):
