@@ -7,6 +7,8 @@ or through a Triton kernel's pointers), what a second backward on the same graph
 returns is wrong. Each fails its test, and only its test, with the words ``check_function`` says in the student's
 own process (tests/student/checker/test_overwrites.py), from the referee (the grader's own check, on what the
 examinee measured), and ``check`` says the same as ``grade``; the right notebook graded beside them scores full marks.
+And ``check_kernel`` in grading: a launcher that writes over its argument is named by the referee, from the runs the
+examinee made.
 """
 
 from __future__ import annotations
@@ -18,11 +20,11 @@ import sys
 import pytest
 from nbgrader.api import Gradebook
 
+from autograder.grading.running.judging import answer, referee
 from autograder.grading.selfcheck import failure_message
 from conftest import REPO, filled_release, nbgrader_meta, solution_answers
 from test_robustness import _course
 
-pytestmark = pytest.mark.slow
 pytest.importorskip("triton")
 
 FIRST, FIFTH = "01_first_function", "05_deriving_backward"
@@ -239,6 +241,7 @@ def graded(tmp_path_factory):
     return results, checked, points
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("student", list(NOTEBOOKS))
 def test_each_wrong_backward_fails_its_test_only_by_name_from_the_grader(graded, student):
     results, _, points = graded
@@ -253,7 +256,23 @@ def test_each_wrong_backward_fails_its_test_only_by_name_from_the_grader(graded,
             assert score == points[assignment, test], (student, test, message)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("student", CHECKED)
 def test_check_says_what_grade_says(graded, student):
     results, checked, _ = graded
     assert checked[student] == results[student]
+
+
+def test_a_launcher_that_writes_over_its_argument_is_named_by_the_referee():
+    """check_kernel in grading: the examinee's runs say which arguments the launcher wrote over, the referee words it."""
+    namespace: dict = {}
+    exec("import torch\n\ndef doubled(values):\n    return values.mul_(2)\n", namespace)
+
+    def ask(requests):
+        return [json.loads(json.dumps(answer.answer(json.loads(json.dumps(r)), namespace))) for r in requests]
+
+    cells = [{"kind": "given", "grade_id": None, "source": "import torch\nfrom autograder import check_kernel"},
+             {"kind": "test", "grade_id": "t", "source": "check_kernel(doubled, lambda x: 2 * x, torch.randn(4, 5))"}]
+    judged, failure = referee.Referee(cells, ["doubled"], ask).judge_cell("t")
+    assert judged == 1 and failure.startswith("doubled wrote over `values`, which it was given") and \
+        FROM_THE_GRADER in failure, failure

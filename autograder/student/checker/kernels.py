@@ -27,7 +27,7 @@ import torch
 
 from autograder.student.checker.harness import _copies, as_data, same_data, short
 from autograder.student.checker.messages import _number
-from autograder.student.checker.overwrites import _same_values
+from autograder.student.checker.overwrites import same_values
 from autograder.student.checker.references import CheckFailure, _Tensor
 
 TILE_SIDES = tuple(2 ** k for k in range(11))  # square tiles a kernel may use: 1 ... 1024
@@ -107,7 +107,7 @@ def written_over(function, args, copies) -> list:
     wrote over (their values changed), named by its own parameter names."""
     names = _parameter_names(function, len(args))
     return [[i, names[i]] for i, (a, c) in enumerate(zip(args, copies))
-            if isinstance(a, _Tensor) and isinstance(c, _Tensor) and not _same_values(c, a)]
+            if isinstance(a, _Tensor) and isinstance(c, _Tensor) and not same_values(c, a)]
 
 
 def written_problem(name: str, written) -> str | None:
@@ -119,10 +119,10 @@ def written_problem(name: str, written) -> str | None:
         return None
     said = [f"`{n}`" if isinstance(n, str) and n.isidentifier() and len(n) <= 60 else f"argument {i + 1}"
             for i, n in found]
-    return (f"{name} wrote over {' and '.join(said)}, which it was given: the caller still holds "
-            f"{'it' if len(said) == 1 else 'them'} and expects {'its' if len(said) == 1 else 'their'} values "
-            f"unchanged (a backward that reads them again, a second call). Have the kernels store into new tensors "
-            f"(torch.empty_like(x)), never into the pointers of the arguments")
+    them = "it" if len(said) == 1 else "them"
+    return (f"{name} wrote over {' and '.join(said)}, which it was given: the caller still holds {them} and may "
+            f"use {them} again (a backward reads forward's inputs again, a second call reads the same ones). Have the "
+            f"kernels store into new tensors (torch.empty_like(x)), never into the pointers of the arguments")
 
 
 @contextlib.contextmanager

@@ -57,7 +57,7 @@ def overwritten(watched: list[dict]) -> list[dict]:
     for record in watched:
         tensor = record["tensor"]
         in_place = _version(tensor) != record["version"]
-        if in_place or not _same_values(tensor, record["copy"]):
+        if in_place or not same_values(tensor, record["copy"]):
             found.append({"roles": [list(role) for role in record["roles"]], "in_place": in_place})
     return found
 
@@ -99,7 +99,7 @@ def _version(tensor):
         return None
 
 
-def _same_values(tensor, copy) -> bool:
+def same_values(tensor, copy) -> bool:
     """Whether ``tensor`` still holds ``copy``'s values (NaN where NaN was)."""
     if tensor.shape != copy.shape or tensor.dtype != copy.dtype:
         return False
