@@ -276,3 +276,28 @@ def test_a_launcher_that_writes_over_its_argument_is_named_by_the_referee():
     judged, failure = referee.Referee(cells, ["doubled"], ask).judge_cell("t")
     assert judged == 1 and failure.startswith("doubled wrote over `values`, which it was given") and \
         FROM_THE_GRADER in failure, failure
+
+
+@pytest.mark.parametrize("forge, says", [
+    (lambda reply: reply.pop("overwritten"), "sent no record of what backward changed"),
+    (lambda reply: reply.update(overwritten=[{"roles": [["input", 7]], "in_place": True}]),
+     "sent no record of what backward changed"),  # an input the Function does not have
+    (lambda reply: reply.pop("second"), "sent malformed gradients"),
+    (lambda reply: reply.update(raw="no"), "sent malformed gradients"),
+])
+def test_a_reply_without_the_examinees_records_fails_the_check(forge, says):
+    namespace: dict = {}
+    exec(CUBE_OVER_SAVED_INPUT.replace("x.square_()", "x ** 2"), {"torch": __import__("torch")}, namespace)
+
+    def ask(requests):
+        replies = [json.loads(json.dumps(answer.answer(json.loads(json.dumps(r)), namespace))) for r in requests]
+        for reply in replies:
+            forge(reply)
+        return replies
+
+    cells = [{"kind": "given", "grade_id": None, "source": "import torch\nfrom autograder import check_function"},
+             {"kind": "test", "grade_id": "t", "source": "check_function(Cube, lambda x: x ** 3, torch.randn(4))"}]
+    judged, failure = referee.Referee(cells, ["Cube"], ask).judge_cell("t")
+    assert judged == 1 and failure is not None and says in failure, failure
+    honest = referee.Referee(cells, ["Cube"], lambda requests: [answer.answer(r, namespace) for r in requests])
+    assert honest.judge_cell("t") == (1, None)  # the same Cube, its records as the examinee sent them
