@@ -45,8 +45,11 @@ def watch(inputs, outputs, node, upstream) -> list[dict]:
                 continue
             key = _identity(value)
             if key not in records:
-                records[key] = {"tensor": value, "version": _version(value), "copy": value.detach().clone(),
-                                "roles": []}
+                try:
+                    copy = value.detach().clone()
+                except Exception:  # noqa: BLE001 - a tensor that cannot be copied is not watched
+                    continue
+                records[key] = {"tensor": value, "version": _version(value), "copy": copy, "roles": []}
             records[key]["roles"].append([kind, index])
     return list(records.values())
 
@@ -100,12 +103,16 @@ def _version(tensor):
 
 
 def same_values(tensor, copy) -> bool:
-    """Whether ``tensor`` still holds ``copy``'s values (NaN where NaN was)."""
-    if tensor.shape != copy.shape or tensor.dtype != copy.dtype:
-        return False
-    if _equal(tensor, copy):
+    """Whether ``tensor`` still holds ``copy``'s values (NaN where NaN was); True where they cannot be compared (a
+    sparse tensor, a subclass that refuses): nothing is said of what cannot be seen."""
+    try:
+        if tensor.shape != copy.shape or tensor.dtype != copy.dtype:
+            return False
+        if _equal(tensor, copy):
+            return True
+        return tensor.is_floating_point() and bool(((tensor == copy) | (tensor.isnan() & copy.isnan())).all())
+    except Exception:  # noqa: BLE001 - values that cannot be compared: not judged
         return True
-    return tensor.is_floating_point() and bool(((tensor == copy) | (tensor.isnan() & copy.isnan())).all())
 
 
 # --------------------------------------------------------------------------------------------
