@@ -25,7 +25,9 @@ The modules, from the bottom up (each imports only those before it):
   student code that later replaces ``torch.allclose`` and friends cannot fool it), and the
   shared types;
 - ``messages``: what a student reads: torch's errors in course terms, how far a value is off;
-- ``patterns``: the mistakes a wrong gradient reveals, and what autograd would sum or cast;
+- ``patterns``: the mistakes a wrong gradient reveals, and what autograd would sum, cast or drop;
+- ``overwrites``: what backward must leave as it found it, and backward a second time on one graph (the
+  grader's examinee makes the same record);
 - ``core``: the checks of forward and backward;
 - ``layouts``: the checks again on non-contiguous inputs (a stride mistake named as one);
 - ``optional``: the optional checks;
@@ -77,6 +79,15 @@ def check_function(function, reference, *args, rtol: float | None = None, atol: 
     with each tensor input alone requiring grad, and with the optional ones (parameters with a
     default, such as ``bias=None``) not requiring it, so a ``ctx.needs_input_grad`` branch that
     leaves a needed gradient out, or uses one it did not compute, is found.
+
+    Backward must leave what it was given as it found it (``overwrites``): forward's inputs, its outputs,
+    the saved tensors and grad_output are compared before and after it runs (version counters and values, so
+    a Triton kernel that stores into an input's pointer is found too), and what it wrote over is named
+    (inputs by their names in ``forward``). It is then called a second time on the same graph, as
+    ``retain_graph=True`` allows and ``torch.autograd.gradcheck`` does, and must give the right gradients
+    again; a second call that raises (a Function that frees what it kept) is not held against it. A
+    gradient returned for an integer or bool tensor input is refused by name (autograd drops it silently),
+    and a wrong gradient returned in another float dtype says which, and what autograd cast it to.
 
     - ``constants``: tensor arguments that need no gradient (a filter bank, a mask), by name in
       ``forward`` or by position: backward may return None for them; a gradient it returns anyway

@@ -3,7 +3,9 @@
 Forward's outputs are compared with the reference's; backward's gradients with torch autograd's
 on the reference, for random upstream gradients (all outputs at once and each output alone).
 What backward returns is first checked raw, by calling the graph node directly, before autograd
-would sum, cast or reject it.
+would sum, cast, drop or reject it; that run also watches what backward must leave alone (its inputs,
+forward's outputs, the saved tensors, grad_output) and calls backward a second time on the same graph
+(``overwrites``).
 """
 
 from __future__ import annotations
@@ -15,7 +17,11 @@ from autograder.student.checker.messages import (
     _DEVICE_RULE, _a_tensor_on, _a_value_of_type, _count, _difference, _dtype, _output_label, _run_reference,
     _run_student, _shape, _short, _same_value, wrong_gradient, wrong_output,
 )
-from autograder.student.checker.patterns import _diagnose, _is_tensor_close, _raw_problem, _returned_none, _tidied
+from autograder.student.checker.patterns import (
+    _diagnose, _is_integer_tensor, _is_tensor_close, _raw_problem, _returned_none, _tidied, integer_gradient,
+    tidying_words,
+)
+from autograder.student.checker.overwrites import overwrite_problem, overwritten, second_backward, second_problem, watch
 from autograder.student.checker.flags import _FLAG_RULE, _explain_needs_input_grad_error, _flag_branches, _wrong_flag
 from autograder.student.checker.references import (
     _allclose, _as_tuple, _autograd_backward, _autograd_grad, _Case, CheckFailure, _close, _draw, _engine_module,
@@ -205,10 +211,10 @@ def _check_backward(function, reference, inputs, report, rtol, atol) -> None:
     raw = _raw_gradients(function, reference, inputs, cases[0], report, rtol, atol)
     if raw is None:
         return
-    got, unsound, reshaped = raw
+    got, unsound, notes, second = raw
     if unsound:
         # Autograd would reject, sum or cast those gradients: judge the others as backward returned them.
-        _judge(function, reference, inputs, cases[0], got, unsound, report, rtol, atol, reshaped)
+        _judge(function, reference, inputs, cases[0], got, unsound, report, rtol, atol, notes)
         return
     for case in cases:
         try:
@@ -216,7 +222,12 @@ def _check_backward(function, reference, inputs, report, rtol, atol) -> None:
         except _StudentError as err:
             report.add(err.message)
             continue
-        _judge(function, reference, inputs, case, got, set(), report, rtol, atol, reshaped)
+        _judge(function, reference, inputs, case, got, set(), report, rtol, atol, notes)
+    if not report.problems:
+        expected = _expected_gradients(reference, inputs, cases[0].used, cases[0].upstream)
+        again = second_problem(second, expected, inputs.tensor_positions, inputs.names, rtol, atol)
+        if again:
+            report.add(again)
     if not report.problems:
         _check_needs_input_grad(function, reference, inputs, cases[0], report, rtol, atol)
 
@@ -271,10 +282,12 @@ def _gradients_of(outputs, leaves, inputs, used, upstream) -> list:
 def _run_backward(function, inputs, case, requires=None):
     """Run forward, then the student's backward by calling the graph node directly.
 
-    Returns (what backward returned, whether it modified grad_output in place), or None when
-    forward's outputs are not connected to the inputs. ``requires``: the positions of the inputs
-    that require grad (default: every tensor input), which sets ``ctx.needs_input_grad``; then
-    grad_output is not watched (the first run did that).
+    Returns (what backward returned, what it wrote over in words (``overwrites.overwrite_problem``) or None, the
+    record of a second call on the same graph (``overwrites.second_backward``; None where the first wrote over
+    something)), or None when
+    forward's outputs are not connected to the inputs. ``requires``: the positions of the inputs that require grad
+    (default: every tensor input), which sets ``ctx.needs_input_grad``; then nothing is watched and backward runs
+    once (the first run did that).
     """
     call, _ = inputs.fresh(requires)
     outputs = _as_tuple(_run_student("forward", lambda: function.apply(*call), inputs))
@@ -284,39 +297,45 @@ def _run_backward(function, inputs, case, requires=None):
     grads_in = [_zeros_like(o) if isinstance(o, _Tensor) else None for o in outputs]
     for k, u in zip(case.used, _handed(case.upstream, [outputs[k] for k in case.used], inputs)):
         grads_in[k] = u
-    watched = [g for g in grads_in if g is not None] if requires is None else []
-    versions, snapshots = [g._version for g in watched], [g.clone() for g in watched]
-    guard = contextlib.nullcontext() if inputs.autograd_in_backward else _autograd_forbidden()
-    with guard, _no_grad():
+    first = requires is None
+    watched = watch(call, outputs, node, grads_in) if first else []
+    with _autograd_guard(inputs), _no_grad():
         raw = _run_student("backward", lambda: node.apply(*grads_in), inputs)
-    modified = any(g._version != v or not _allclose(g, s) for g, v, s in zip(watched, versions, snapshots))
+    found = overwrite_problem(overwritten(watched), inputs.names, len(outputs))
+    second = None
+    if first and not found:
+        with _autograd_guard(inputs):
+            second = second_backward(node, grads_in)
     if raw is not None:
         raw = tuple(r.detach() if isinstance(r, _Tensor) else r for r in _as_tuple(raw))
-    return raw, modified
+    return raw, found, second
+
+
+def _autograd_guard(inputs):
+    """Where backward may not call autograd (``check_function``'s default), a guard that makes it raise."""
+    return contextlib.nullcontext() if inputs.autograd_in_backward else _autograd_forbidden()
 
 
 def _raw_gradients(function, reference, inputs, case, report, rtol, atol):
     """Call the student's backward directly and check what it returns before autograd tidies it.
 
-    Autograd silently sums a broadcastable gradient to the input's shape and casts its dtype;
-    calling the graph node ourselves sees exactly what ``backward`` returned. It also catches a
-    backward that modifies ``grad_output`` in place or hands the work back to autograd.
+    Autograd silently sums a broadcastable gradient to the input's shape and casts its dtype, and drops a
+    gradient returned for an integer tensor; calling the graph node ourselves sees exactly what ``backward``
+    returned. It also catches a backward that writes over what it was given (its inputs, forward's outputs, the
+    saved tensors, grad_output: ``overwrites``) or hands the work back to autograd.
     Returns ``None`` when backward's answer is unusable as a whole, else (the gradient of each
-    tensor input as autograd leaves it, the indices of those with the wrong type, shape or dtype, and for each
-    one autograd summed to its input's shape the words that say so).
+    tensor input as autograd leaves it, the indices of those with the wrong type, shape or dtype, for each
+    one autograd summed to its input's shape or cast to its dtype the words that say so, and the record of a
+    second backward on the same graph).
     """
     ran = _run_backward(function, inputs, case)
     if ran is None:
         report.add("forward's outputs are not connected to the inputs (no grad_fn): return new "
                    "tensors computed from the inputs, not detached copies.")
         return None
-    raw, modified = ran
-    if modified:
-        report.add(
-            "backward modified grad_output in place (for example grad_output[x < 0] = 0). "
-            "grad_output belongs to autograd and may be used elsewhere in the graph: work on a "
-            "copy (grad_output.clone()) or build a new tensor (grad_output * mask)."
-        )
+    raw, found, second = ran
+    if found:
+        report.add(found)
         return None
     n, names = len(inputs.args), inputs.names
     expected = _expected_gradients(reference, inputs, case.used, case.upstream)
@@ -340,6 +359,9 @@ def _raw_gradients(function, reference, inputs, case, report, rtol, atol):
                 f"is {_a_value_of_type(inputs.args[i])}, not a tensor. Return None in its place."
             )
             return None
+        if _is_integer_tensor(inputs.args[i]) and r is not None:
+            report.add(integer_gradient(names[i], inputs.args[i].dtype))
+            return None
     for i in sorted(inputs.constants):
         if raw[i] is not None:
             _check_constant_gradient(reference, inputs, case, i, raw[i], report, rtol, atol)
@@ -352,21 +374,7 @@ def _raw_gradients(function, reference, inputs, case, report, rtol, atol):
             unsound.add(j)
     tidied = [g if j in unsound else _tidied(g, expected[j], inputs.working_dtype(inputs.args[i]))
               for j, (i, g) in enumerate(zip(inputs.tensor_positions, got))]
-    reshaped = {j: _summed_words(got, j, expected, inputs, rtol, atol) for j, g in enumerate(got)
-                if j not in unsound and isinstance(g, _Tensor) and g.shape != expected[j].shape}
-    return tidied, unsound, reshaped
-
-
-def _summed_words(got, j, expected, inputs, rtol, atol) -> str:
-    """' (backward returned it with shape [4, 3], which autograd summed to ...)', or, where it is another input's
-    gradient, that backward returns its gradients in the wrong order."""
-    names = [inputs.names[i] for i in inputs.tensor_positions]
-    whose = [k for k, e in enumerate(expected) if k != j and _close(got[j], e, rtol, atol)]
-    if whose:
-        return (f" (backward returned it with shape {_shape(got[j])}: it is the gradient of `{names[whose[0]]}`, so "
-                f"backward returns its gradients in the wrong order)")
-    return (f" (backward returned it with shape {_shape(got[j])}, which autograd summed to `{names[j]}`'s shape "
-            f"{_shape(expected[j])})")
+    return tidied, unsound, tidying_words(got, expected, inputs, unsound, rtol, atol), second
 
 
 def _check_constant_gradient(reference, inputs, case, i, got, report, rtol, atol) -> None:
@@ -392,7 +400,7 @@ def _check_constant_gradient(reference, inputs, case, i, got, report, rtol, atol
                f"`{name}` (a constant needs no gradient), or its right gradient.{detail}")
 
 
-def _judge(function, reference, inputs, case, got, skip, report, rtol, atol, reshaped=None) -> None:
+def _judge(function, reference, inputs, case, got, skip, report, rtol, atol, notes=None) -> None:
     """Compare each tensor input's gradient with torch's; report and diagnose the wrong ones."""
     expected = _expected_gradients(reference, inputs, case.used, case.upstream)
     names = [inputs.names[i] for i in inputs.tensor_positions]
@@ -411,7 +419,7 @@ def _judge(function, reference, inputs, case, got, skip, report, rtol, atol, res
                          student=lambda upstream: _student_gradients(function, inputs, case.used, upstream),
                          torch_gradients=lambda upstream: _expected_gradients(reference, inputs, case.used,
                                                                               upstream))
-        report.add(wrong_gradient(names[j], e, g, rtol, atol, case.when + (reshaped or {}).get(j, ""), hint))
+        report.add(wrong_gradient(names[j], e, g, rtol, atol, case.when + (notes or {}).get(j, ""), hint))
 
 
 def _check_needs_input_grad(function, reference, inputs, case, report, rtol, atol) -> None:
@@ -449,7 +457,7 @@ def _check_needs_input_grad(function, reference, inputs, case, report, rtol, ato
             continue
         if ran is None:
             continue
-        raw, _ = ran
+        raw = ran[0]
         if raw is None:
             needed = [names[i] for i in requires if not _allclose(expected[i], _zeros_like(expected[i]))]
             if needed:

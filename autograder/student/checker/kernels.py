@@ -27,11 +27,13 @@ import torch
 
 from autograder.student.checker.harness import _copies, as_data, same_data, short
 from autograder.student.checker.messages import _number
+from autograder.student.checker.overwrites import same_values
 from autograder.student.checker.references import CheckFailure, _Tensor
 
 TILE_SIDES = tuple(2 ** k for k in range(11))  # square tiles a kernel may use: 1 ... 1024
 PADDING = 3  # the extra elements per row of check_kernel's non-contiguous copies
 ONE_ROW, STRIDED = "one row", "strided"
+WRITTEN = "written over"  # not a run: the arguments the launcher wrote over in the given run (``written_over``)
 
 
 def check_kernel(function, reference, *args, rtol: float = 1e-5, atol: float = 1e-5, strided: bool = True) -> None:
@@ -43,7 +45,8 @@ def check_kernel(function, reference, *args, rtol: float = 1e-5, atol: float = 1
     on their first row alone (``kernel_runs``). Raises AssertionError saying
     what is wrong and, where the pattern shows it, which mistake: a forgotten tail, blocks that start in
     the wrong place, elements never written, a wrong row stride, a matrix assumed contiguous, a sum over
-    the wrong axis, one block's partial sum where all of them should be added.
+    the wrong axis, one block's partial sum where all of them should be added; and a launcher that wrote
+    over an argument it was given (its kernel stored into the argument's pointer), named by its parameter name.
     """
     __tracebackhide__ = True  # noqa: F841 - IPython leaves the checker's frames out of a failing test's traceback
     name = getattr(function, "__name__", "your function")
@@ -65,7 +68,11 @@ def kernel_runs(function, args, strided: bool = True) -> dict:
     outcome (``{"result": ...}`` or ``{"error": exception}``) on copies of ``args`` ("given"); with ``strided``,
     on copies whose matrices are not contiguous ("strided"; and "strided k" for matrix k alone where that
     differs from "given"); and on their first row alone ("one row", where the first matrix has several rows)."""
-    runs = {"given": _outcome(function, _copies(args))}
+    given = _copies(args)
+    runs = {"given": _outcome(function, given)}
+    written = written_over(function, args, given)
+    if written:
+        runs[WRITTEN] = {"result": written}
     matrices = [i for i, a in enumerate(args) if isinstance(a, _Tensor) and a.dim() >= 2 and a.numel() > 1]
     if strided and matrices and "result" in runs["given"]:
         runs[STRIDED] = _outcome(function, not_contiguous(args, matrices))
@@ -91,7 +98,31 @@ def kernel_verdict(name: str, runs: dict, reference, args, rtol: float = 1e-5, a
         return kernel_problem(name, None, want, rtol, atol, error=text) if _error_hint(text) is not None else None
     problem = kernel_problem(name, given.get("result"), want, rtol, atol, right_on_one_row=right_on_one_row,
                              args=args)
-    return problem or _layout_problem(name, runs, want, reference, args, rtol, atol)
+    return (problem or _layout_problem(name, runs, want, reference, args, rtol, atol)
+            or written_problem(name, runs.get(WRITTEN)))
+
+
+def written_over(function, args, copies) -> list:
+    """``[[position, name], ...]`` of the tensor arguments that ``function``, called on ``copies`` of ``args``,
+    wrote over (their values changed), named by its own parameter names."""
+    names = _parameter_names(function, len(args))
+    return [[i, names[i]] for i, (a, c) in enumerate(zip(args, copies))
+            if isinstance(a, _Tensor) and isinstance(c, _Tensor) and not same_values(c, a)]
+
+
+def written_problem(name: str, written) -> str | None:
+    """What ``written_over`` found, in words (from either process: what the names are is checked here)."""
+    found = written.get("result") if isinstance(written, dict) else None
+    found = [e for e in found[:8] if isinstance(e, list) and len(e) == 2 and type(e[0]) is int] \
+        if isinstance(found, list) else []
+    if not found:
+        return None
+    said = [f"`{n}`" if isinstance(n, str) and n.isidentifier() and len(n) <= 60 else f"argument {i + 1}"
+            for i, n in found]
+    them = "it" if len(said) == 1 else "them"
+    return (f"{name} wrote over {' and '.join(said)}, which it was given: the caller still holds {them} and may "
+            f"use {them} again (a backward reads forward's inputs again, a second call reads the same ones). Have the "
+            f"kernels store into new tensors (torch.empty_like(x)), never into the pointers of the arguments")
 
 
 @contextlib.contextmanager

@@ -10,6 +10,8 @@ transposed, an ignored output, a constant factor, a flipped sign), only where th
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from autograder.student.checker.messages import _a_tensor_on, _DEVICE_RULE, _dtype, _dtype_name, _shape
@@ -76,6 +78,62 @@ def _wrong_shape(got, j, name, expected, inputs, rtol, atol, summed: bool) -> st
         hint = ""
     return (f"backward's gradient for `{name}` has shape {_shape(r)}, but `{name}` has shape "
             f"{_shape(e)}: each gradient must have its input's shape.{hint}")
+
+
+def _is_integer_tensor(value) -> bool:
+    """An integer or bool tensor: one autograd never differentiates with respect to."""
+    return isinstance(value, _Tensor) and not value.is_floating_point() and not value.is_complex()
+
+
+def integer_gradient(name: str, dtype) -> str:
+    """backward returned a gradient for ``name``, a tensor of the integer (or bool) ``dtype``."""
+    kind = "a bool" if dtype == torch.bool else "an integer"
+    return (f"backward returned a gradient for `{name}`, which is {kind} tensor ({_dtype_name(dtype)}): only "
+            f"floating-point tensors have gradients, and autograd drops this one without a word. Return None in its "
+            f"place.")
+
+
+def cast_words(name: str, returned, dtype) -> str:
+    """' (backward returned it in float16, ...)': what autograd did to a gradient of another float dtype than its
+    input's, and whether that can be why it is wrong; "" where the dtypes agree."""
+    if returned == dtype or not returned.is_floating_point:
+        return ""
+    said = (f" (backward returned it in {_dtype_name(returned)}, which autograd casts to `{name}`'s "
+            f"{_dtype_name(dtype)}")
+    coarse, fine = torch.finfo(returned), torch.finfo(dtype)
+    digits = {d: round(-math.log10(f.resolution)) for d, f in ((returned, coarse), (dtype, fine))}
+    if coarse.eps <= fine.eps:
+        return said + f", which keeps all {_dtype_name(dtype)} can hold: the dtype is not what makes it wrong)"
+    return (said + f", but only after backward rounded it to {_dtype_name(returned)}, which keeps about "
+            f"{digits[returned]} significant digits where {_dtype_name(dtype)} keeps {digits[dtype]}: compute it in "
+            f"`{name}`'s dtype, making new tensors with dtype={name}.dtype and converting nothing to "
+            f"{_dtype_name(returned)})")
+
+
+def tidying_words(got, expected, inputs, unsound, rtol, atol) -> dict[int, str]:
+    """For each gradient ``got[j]`` (of tensor input j, as backward returned it) that autograd would sum to its
+    input's shape or cast to its dtype before judging it, and is not ``unsound``, the words that say so: added to
+    its message if it is wrong."""
+    notes = {}
+    for j, (i, g) in enumerate(zip(inputs.tensor_positions, got)):
+        if j not in unsound and isinstance(g, _Tensor):
+            words = (_summed_words(got, j, expected, inputs, rtol, atol) if g.shape != expected[j].shape else "") \
+                + cast_words(inputs.names[i], g.dtype, inputs.working_dtype(inputs.args[i]))
+            if words:
+                notes[j] = words
+    return notes
+
+
+def _summed_words(got, j, expected, inputs, rtol, atol) -> str:
+    """' (backward returned it with shape [4, 3], which autograd summed to ...)', or, where it is another input's
+    gradient, that backward returns its gradients in the wrong order."""
+    names = [inputs.names[i] for i in inputs.tensor_positions]
+    whose = [k for k, e in enumerate(expected) if k != j and _close(got[j], e, rtol, atol)]
+    if whose:
+        return (f" (backward returned it with shape {_shape(got[j])}: it is the gradient of `{names[whose[0]]}`, so "
+                f"backward returns its gradients in the wrong order)")
+    return (f" (backward returned it with shape {_shape(got[j])}, which autograd summed to `{names[j]}`'s shape "
+            f"{_shape(expected[j])})")
 
 
 def _tidied(gradient, like, dtype):

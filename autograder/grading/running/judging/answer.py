@@ -36,7 +36,8 @@ from autograder.student.checker.devices import device_record
 from autograder.student.checker.harness import as_data
 from autograder.student.checker.kernels import error_text, kernel_runs
 from autograder.student.checker.messages import NOT_DONE, _student_line, not_done
-from autograder.student.checker.references import _autograd_grad, _enable_grad, _equal, _Function, _Module
+from autograder.student.checker.overwrites import overwritten, second_backward, watch
+from autograder.student.checker.references import _autograd_grad, _enable_grad, _Function, _Module, _Tensor, _zeros_like
 from autograder.student.checker.saved import saved_record
 from autograder.student.checker.transforms import KINDS, fresh, run_transform
 
@@ -89,9 +90,7 @@ def _answer(request: dict, namespace: dict, harnesses: dict | None, _audit=sys.a
         if request["kind"] == "saved":
             return _answer_saved(namespace[request["target"]], [decode(a) for a in request["args"]], request["grad"],
                                  bool(request["inplace"]), request.get("swap"))
-        args = [decode(a) for a in request["args"]]
-        leaves = [a.requires_grad_(True) if wanted else a for a, wanted in zip(args, request["grad"])]
-        call = [a.clone() if wanted and request["inplace"] else a for a, wanted in zip(leaves, request["grad"])]
+        leaves, call = _arguments(request)
         watching = bool(request.get("forbid_autograd"))
         stage = "forward"
         with _enable_grad(), (Watch() if watching else contextlib.nullcontext()) as in_forward:
@@ -102,22 +101,29 @@ def _answer(request: dict, namespace: dict, harnesses: dict | None, _audit=sys.a
         outputs = tuple(outputs) if isinstance(outputs, (tuple, list)) else (outputs,)
         reply = {"error": None, "outputs": [_encode_output(o) for o in outputs], "grads": None,
                  "returned_inputs": [next((i for i, a in enumerate(call) if o is a), None) for o in outputs],
-                 "graph": graph_names(outputs), "names": argument_names(namespace[request["target"]], len(args))}
+                 "graph": graph_names(outputs), "names": argument_names(namespace[request["target"]], len(call))}
         if watching:
             reply["autograd_in_backward"] = in_forward.found(graph_nodes(()))
         upstream = request["upstream"]
         if upstream is not None and len(upstream) == len(outputs):
-            used = [(o, decode(u)) for o, u in zip(outputs, upstream) if u is not None]
+            handed = [None if u is None else decode(u) for u in upstream]
+            used = [(o, u) for o, u in zip(outputs, handed) if u is not None]
             wrt = [leaf for leaf, wanted in zip(leaves, request["grad"]) if wanted]
-            kept = [u.clone() for _, u in used]
+            # A Function's backward must leave its inputs, outputs, saved tensors and grad_output as they were, and
+            # give the same gradients again on the same graph (checker.overwrites); any other answer, grad_output.
+            node = _node_of(namespace[request["target"]], outputs) if request["kind"] == "apply" else None
+            watched = watch(call, outputs, node, handed) if node is not None else watch((), (), None, handed)
             stage = "backward"
             with Watch() if watching else contextlib.nullcontext() as in_backward:
-                grads = iter(_autograd_grad([o for o, _ in used], wrt, [u for _, u in used], allow_unused=True))
+                grads = iter(_autograd_grad([o for o, _ in used], wrt, [u for _, u in used], allow_unused=True,
+                                            retain_graph=node is not None))
                 _audit(_checkpoint)
             if watching and not reply["autograd_in_backward"]:
                 reply["autograd_in_backward"] = in_backward.found(graph_nodes(outputs))
-            reply["upstream_modified"] = any(not _equal(u, k) for (_, u), k in zip(used, kept))
+            reply["overwritten"] = overwritten(watched)
             reply["grads"] = [_encode_output(next(grads)) if wanted else {"value": None} for wanted in request["grad"]]
+            if request["kind"] == "apply" and not reply["overwritten"]:
+                reply.update(_again(run, namespace[request["target"]], request, node, outputs, handed))
         stage = None
         reply["transforms"] = [_answer_transform(run, request["args"], t) for t in request.get("transforms") or []]
         return reply
@@ -127,6 +133,49 @@ def _answer(request: dict, namespace: dict, harnesses: dict | None, _audit=sys.a
         if stage is not None:  # where, as the notebook's own check_function says it
             failed.update(stage=stage, line=_student_line(error)[:300])
         return failed
+
+
+def _arguments(request: dict) -> tuple[list, list]:
+    """(the leaves, the arguments to call with) for an "apply" or "call" request: its tensors decoded, those it
+    asks gradients for requiring grad, and copies of them in the call for an in-place Function."""
+    args = [decode(a) for a in request["args"]]
+    leaves = [a.requires_grad_(True) if wanted else a for a, wanted in zip(args, request["grad"])]
+    return leaves, [a.clone() if wanted and request["inplace"] else a for a, wanted in zip(leaves, request["grad"])]
+
+
+def _node_of(function, outputs):
+    """The graph node ``function.apply`` made for ``outputs`` (of the class torch made for it), or None."""
+    node = next((o.grad_fn for o in outputs if isinstance(o, _Tensor) and o.grad_fn is not None), None)
+    return node if type(node) is vars(function).get("_backward_cls") else None
+
+
+def _handed_in(outputs, handed) -> list:
+    """The gradients backward gets, one per output, as autograd hands them: the upstream gradient of each output
+    that has one, zeros for another tensor output, None for what is not a tensor."""
+    return [u if u is not None else _zeros_like(o) if isinstance(o, _Tensor) else None for o, u in zip(outputs, handed)]
+
+
+def _again(run, function, request: dict, node, outputs, handed, _audit=sys.audit, _checkpoint=CHECKPOINT) -> dict:
+    """The Function's backward called again on the same graph (``overwrites.second_backward``), and what it
+    returned as it returned it ("raw", before autograd casts or drops anything: its dtypes, a gradient for an integer
+    tensor), from that call, or from a call on a graph of its own where the second call failed (a Function that
+    frees what it kept: not judged, ``overwrites``' docstring)."""
+    second = {"error": "no graph node of its own"} if node is None else second_backward(node, _handed_in(outputs, handed))
+    raw = second.get("raw")
+    if raw is None:
+        try:
+            _, call = _arguments(request)
+            with _enable_grad():
+                again = run(*call)
+            again = tuple(again) if isinstance(again, (tuple, list)) else (again,)
+            node = _node_of(function, again)
+            raw = None if node is None else second_backward(node, _handed_in(again, handed)).get("raw")
+        except Exception:  # noqa: BLE001 - forward failed this time: no record of what backward returns
+            raw = None
+    _audit(_checkpoint)
+    encoded = lambda values: None if values is None else [_encode_output(r) for r in values]  # noqa: E731
+    return {"second": {"raw": encoded(second["raw"])} if "raw" in second else {"error": str(second["error"])},
+            "raw": encoded(raw)}
 
 
 def _answer_diagnosis(function, request: dict, _audit=sys.audit, _checkpoint=CHECKPOINT) -> dict:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import types
 
-from autograder.grading.running.judging.replies import (as_found, autograd_problem, input_names, plain, run_outcome,
-                                                        unanswered)
+from autograder.grading.running.judging.replies import (as_found, autograd_problem, input_names, plain, raw_gradients,
+                                                        run_outcome, unanswered)
 from autograder.grading.running.messages.wire import Unsupported, decode, encode
 
 JUDGES = ("check_function", "check_forward", "check_callable", "check_built_on", "check_saved", "check_values",
@@ -345,12 +345,9 @@ class Judges:
                 "kind": name, "used": used, "payload": {k: [encode(v) for v in vs] for k, vs in payload.items()}})
 
         def compare(reply) -> str | None:
-            problem = self._compare(leaves, grad, expected, upstream, reply, rtol, atol, who)
+            problem = self._compare(leaves, grad, expected, upstream, reply, rtol, atol, who, kind == "apply")
             if problem is None and forbid:
                 problem = autograd_problem(reply)
-            if problem is None and reply.get("upstream_modified") is True:
-                problem = ("backward changed grad_output in place: another branch of the graph that shares it then "
-                           "gets a wrong gradient. Compute a new tensor (grad_output * mask), do not write into it")
             if problem is None and inplace and (reply.get("returned_inputs") or [None])[0] is None:
                 problem = ("should return its input tensor itself, modified in place (and marked with "
                            "ctx.mark_dirty), not a new tensor")
@@ -384,12 +381,17 @@ class Judges:
         self.pending.append((request, compare))
 
     @staticmethod
-    def _compare(leaves, grad, expected, upstream, reply, rtol, atol, who) -> str | None:
+    def _compare(leaves, grad, expected, upstream, reply, rtol, atol, who, function: bool = False) -> str | None:
         """What is wrong with the student's reply, or None when outputs (and gradients) match. ``who``: (whose
-        outputs they are, what to call one: forward's, or the function's); inputs are named as the reply names them."""
+        outputs they are, what to call one: forward's, or the function's); inputs are named as the reply names them.
+        Backward must leave what it was given as it was (grad_output; for a ``function``, a Function's, its inputs,
+        outputs and saved tensors too, and its gradients must be right again on a second call: checker.overwrites),
+        and return no gradient for an integer tensor; a gradient of another dtype that is wrong says so."""
         import torch
 
         from autograder.student.checker.messages import _output_label, wrong_gradient, wrong_output
+        from autograder.student.checker.overwrites import overwrite_problem, read_overwritten, second_problem
+        from autograder.student.checker.patterns import _is_integer_tensor, cast_words, integer_gradient
         from autograder.student.checker.references import _close
 
         if unanswered(reply):
@@ -422,19 +424,32 @@ class Judges:
         used = [(e, u) for e, u in zip(expected, upstream) if u is not None]
         wrt = [leaf for leaf, wanted in zip(leaves, grad) if wanted]
         right = torch.autograd.grad([e for e, _ in used], wrt, [u for _, u in used], allow_unused=True)
+        right = [torch.zeros_like(leaf) if want is None else want for leaf, want in zip(wrt, right)]
+        names = input_names(reply, len(leaves))
+        found = read_overwritten(reply.get("overwritten"), len(leaves), len(expected))
+        if found is None:
+            return "could not be checked: the grader's run of your answers sent no record of what backward changed"
+        if found:
+            return overwrite_problem(found, names, len(expected))
         try:
             grads = [decode(g) for g in reply["grads"]]
-        except (KeyError, TypeError, ValueError) as error:
+            raw, second = (raw_gradients(reply.get("raw"), len(leaves)),
+                           {"raw": raw_gradients(reply["second"].get("raw"), len(leaves))}) if function else (None, {})
+        except (KeyError, TypeError, ValueError, AttributeError) as error:
             return f"could not be checked: the grader's run of your answers sent malformed gradients ({error})"
         if len(grads) != len(leaves):
             return "could not be checked: the grader's run of your answers sent the wrong number of gradients"
-        names = input_names(reply, len(leaves))
-        for i, (got, want) in enumerate(zip([g for g, w in zip(grads, grad) if w], right)):
-            name = names[[j for j, w in enumerate(grad) if w][i]]
-            want = torch.zeros_like(wrt[i]) if want is None else want
+        for i, (leaf, returned) in enumerate(zip(leaves, raw or [])):
+            if _is_integer_tensor(leaf) and returned is not None:
+                return integer_gradient(names[i], leaf.dtype)
+        positions = [j for j, w in enumerate(grad) if w]
+        for i, (got, want) in zip(positions, zip([g for g, w in zip(grads, grad) if w], right)):
+            name = names[i]
             got = torch.zeros_like(want) if got is None else got
             if not isinstance(got, torch.Tensor) or got.shape != want.shape:
                 return f"the gradient for `{name}` is wrong: it is not a tensor of `{name}`'s shape {list(want.shape)}"
             if not _close(got, want, rtol, atol):
-                return wrong_gradient(name, want, got, rtol, atol)
-        return None
+                returned = raw[i] if raw else None
+                return wrong_gradient(name, want, got, rtol, atol, cast_words(name, returned.dtype, want.dtype)
+                                      if isinstance(returned, torch.Tensor) and returned.is_floating_point() else "")
+        return second_problem(second, right, positions, names, rtol, atol) if function else None

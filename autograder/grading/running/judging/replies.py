@@ -48,6 +48,18 @@ def input_names(reply: dict, count: int) -> list[str]:
     return [f"input {i + 1}" for i in range(count)]
 
 
+def raw_gradients(data, count: int) -> list | None:
+    """What backward returned, one entry per forward argument, as the examinee sent it (``answer._again``): a tensor,
+    None, a plain value, or the type name of what cannot travel; None where there is no record. Raises ValueError
+    where it is malformed."""
+    if data is None:
+        return None
+    if not isinstance(data, list) or len(data) > count + 64:
+        raise ValueError("not a list of gradients")
+    return [entry["other"] if isinstance(entry, dict) and isinstance(entry.get("other"), str) else decode(entry)
+            for entry in data]
+
+
 def plain(text) -> str:
     """A short string of the examinee's, printable, for a message (where a student's names may appear)."""
     return "".join(c for c in str(text)[:200] if c.isprintable())
