@@ -20,11 +20,12 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import warnings
 
 import torch
 
-from autograder.student.checker.attention import backward_from_saved as attention_backward
-from autograder.student.checker.attention import forward_reference
+from autograder.student.checker.attention_math import backward_from_saved as attention_backward
+from autograder.student.checker.attention_math import forward_reference
 from autograder.student.checker.layer_norm import layer_norm_backward, layer_norm_forward
 from autograder.student.checker.references import _Function
 
@@ -81,6 +82,7 @@ def replaced(namespace: dict, names, called: set | None = None):
         def call(*args, **kwargs):
             if called is not None:
                 called.add(name)
+            _needs_memory(name, args)
             return piece(*args, **kwargs)
 
         return call
@@ -94,6 +96,22 @@ def replaced(namespace: dict, names, called: set | None = None):
                 namespace.pop(n, None)
             else:
                 namespace[n] = value
+
+
+def _needs_memory(name: str, args) -> None:
+    """Raise as a kernel launch does on tensors without memory (the fake tensors torch.compile and opcheck trace with):
+    a piece stands in for a launcher, so a launch where an operator's body belongs is still found."""
+    for tensor in args:
+        if isinstance(tensor, torch.Tensor) and tensor.numel():
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    address = tensor.untyped_storage().data_ptr()
+            except Exception:  # noqa: BLE001 - a tensor whose storage cannot be reached has none to launch on
+                address = 0
+            if not address or tensor.device.type == "meta":
+                raise RuntimeError(f"Cannot access data pointer of a FakeTensor: {name} (the course's, in place of "
+                                   f"yours) launches a kernel, which needs the tensors' memory")
 
 
 def known(names) -> list[str]:
