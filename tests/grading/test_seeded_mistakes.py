@@ -1,5 +1,5 @@
 """Seeded mistakes in 10 and 11, graded by the real grader: each is named in the test of the exercise where it is made,
-and costs that exercise only.
+and costs that exercise only; and the honest corpus's answers to 10 and 11 keep every point.
 
 ``MISTAKES`` is the table: a mistake is a small edit of the solution's answer cells (what a student would type), the
 test cell that must fail, and what its message must say. A notebook holds several mistakes, each in another exercise
@@ -13,6 +13,7 @@ interpreter; each notebook takes half a minute or so.
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -141,10 +142,15 @@ def _no_referee_left():
     stop_referee()
 
 
-def graded(path, mistakes) -> tuple[dict, dict]:
-    """({test cell: its error or None}, {test cell: its points}) of the solution at ``path`` with ``mistakes`` typed in."""
+def graded(path, mistakes=(), answers=None) -> tuple[dict, dict]:
+    """({test cell: its error or None}, {test cell: its points}) of the solution at ``path`` with ``mistakes`` typed in,
+    or its answer cells replaced by ``answers`` (grade id -> source)."""
     source = json.loads(path.read_text())
     notebook = json.loads(path.read_text())
+    for cell in notebook["cells"]:
+        grade_id = cell["metadata"].get("nbgrader", {}).get("grade_id")
+        if answers and cell["metadata"].get("nbgrader", {}).get("solution") and grade_id in answers:
+            cell["source"] = answers[grade_id]
     for name in mistakes:
         for old, new in MISTAKES[name][0]:
             cells = [c for c in notebook["cells"] if c["metadata"].get("nbgrader", {}).get("solution")
@@ -181,3 +187,20 @@ def test_a_forward_in_torch_does_neither_exercise_that_asks_for_its_kernel():
     errors, _ = graded(path, ["attention_forward in torch"])
     assert {cell for cell, error in errors.items() if error} == set(cells), errors
     assert all(errors[cell].startswith("This exercise requires ") for cell in cells), errors
+
+
+def _honest(assignment: str) -> list[dict]:
+    """The honest corpus's answers to ``assignment`` as notebooks' answer cells: the k-th answer to each exercise in the
+    k-th (the last where an exercise has fewer)."""
+    text = (REPO / "tests" / "grading" / "honest_answers" / f"{assignment}.py").read_text()
+    chunks = re.split(r"^# %% (\S+)\n", text, flags=re.M)
+    found: dict[str, list[str]] = {}
+    for grade_id, answer in zip(chunks[1::2], chunks[2::2]):
+        found.setdefault(grade_id, []).append(answer)
+    return [{g: a[min(k, len(a) - 1)] for g, a in found.items()} for k in range(max(map(len, found.values())))]
+
+
+@pytest.mark.parametrize("path, k", [(p, k) for p in (TEN, ELEVEN) for k in range(2)], ids=lambda v: str(getattr(v, "stem", v)))
+def test_the_honest_corpus_keeps_every_point(path, k):
+    errors, _ = graded(path, answers=_honest(path.stem)[k])
+    assert {cell: error for cell, error in errors.items() if error} == {}

@@ -1,20 +1,22 @@
-"""``check_kernel``: a function that launches Triton kernels gives what a torch reference gives (assignment 10),
-and when it does not, what the kernel most likely got wrong.
+"""``check_kernel``: a function that launches Triton kernels gives what a torch reference gives (assignments 10 and
+11), its results written by a kernel of the answer's, and when it does not, what the kernel most likely got wrong.
 
 The function is called on copies of the arguments with torch's deterministic mode on, whose
 ``fill_uninitialized_memory`` fills every new tensor with NaN (``torch.empty_like`` included): an
 element no program writes then shows as NaN, not as whatever the memory held. It is called three
-ways (``kernel_runs``): on the arguments as given; on copies whose matrices are not contiguous (a
-slice of a wider tensor: rows further apart in memory than a row is long), since a kernel that
-assumes contiguous rows reads the wrong elements of such a tensor and autograd hands backward
-gradients of any layout; and on the first row alone, which shows a kernel that is right on one row
-and wrong on the next (its row stride, or where its blocks start). A wrong result is explained
-(``kernel_verdict``) by where it is wrong: only the last rows or columns (a grid that stops short of
-the end, or blocks that overlap and leave the end to no program), NaN (never written), a bias
-gradient of the wrong length or summed along the wrong axis of the tile, or holding one block's sum
-only (programs that overwrote each other instead of adding). An access out of bounds is an error
-raised by the kernel itself, under the interpreter's memory guard (``autograder.student.kernels``).
-In grading the examinee makes the same runs (``kernel_runs``) and the referee explains them here.
+ways (``kernel_runs``): on the arguments as given, traced (``checker.launches``: the kernels launched, what they
+wrote, the torch operations outside them), so that the exercise's requirement (``requires=``) is checked by what
+the launcher did, first; on copies whose matrices are not contiguous (a slice of a wider tensor: rows further apart
+in memory than a row is long), since a kernel that assumes contiguous rows reads the wrong elements of such a tensor
+and autograd hands backward gradients of any layout; and on the first row alone, which shows a kernel that is right
+on one row and wrong on the next (its row stride, or where its blocks start). A wrong result is named by the known
+mistakes the test gives (``mistakes=``: what each makes the results), else explained by its pattern
+(``checker.kernel_patterns``: the last rows or columns, NaN, a bias gradient's reductions, a sum over the rows that
+holds some rows only), in the terms of the launched kernel's own blocks; results are named as the test names them
+(``outputs=``: ``y``, ``grad_bias``), and a wrong value says how many times the tolerance it is off. An access out of
+bounds is an error raised by the kernel itself, under the interpreter's memory guard (``autograder.student.kernels``).
+``check_backward_kernel`` checks a Function's backward that launches kernels the same way (``backward_of``). In
+grading the examinee makes the same runs (``kernel_runs``) and the referee judges them here.
 """
 
 from __future__ import annotations

@@ -102,6 +102,7 @@ MISTAKES = [  # (what, the changes typed into the solution, the check, what its 
     ("the gradients' scale forgotten", [("(dq * scale).to(", "dq.to("), ("(dk * scale).to(", "dk.to(")],
      BACKWARD.format(False, 37), attention.GRADIENT_NO_SCALE),
     ("a query-gradient race", DQ_IN_KV_KERNEL, BACKWARD.format(False, 37), "two programs of attention_backward_kv_kernel write"),
+    ("a query-gradient race, causal", DQ_IN_KV_KERNEL, BACKWARD.format(True, 37), None),  # Exercise 5's, named there
     ("ragged tail loaded without other=", [("v = tl.load(v_ptr + key_offsets, mask=keys[:, None] < seq_len, other=0.0)\n        p =",
                                             "v = tl.load(v_ptr + key_offsets, mask=keys[:, None] < seq_len)\n        p =")],
      BACKWARD.format(False, 37), attention.RAGGED_NAN),
