@@ -22,7 +22,7 @@ from autograder.grading.running.executor import execute
 from autograder.grading.running.judging import referee
 from autograder.grading.running.judging.referee_process import stop_referee
 from autograder.grading.running.preparation import cells_to_run
-from conftest import REPO
+from conftest import DQ_RACE, REPO
 
 pytest.importorskip("triton")
 pytestmark = pytest.mark.slow
@@ -32,17 +32,6 @@ ELEVEN = REPO / "solutions" / "11_flash_attention" / "11_flash_attention.ipynb"
 REQUIRES = "This exercise requires that a Triton kernel of your answer compute "
 Q_LOOP = ("    end = tl.minimum(seq_len, start_m + BLOCK_M) if CAUSAL else seq_len\n    for start_n in range(0, end, BLOCK_N):\n"
           "        keys = start_n + tl.arange(0, BLOCK_N)\n        key_offsets")
-DQ_RACE = [  # dq added into by every key/value program, a load and a store: right in the interpreter, a race on a GPU
-    ("delta_ptr, dk_ptr, dv_ptr, seq_len,", "delta_ptr, dk_ptr, dv_ptr, dq_ptr, seq_len,"),
-    ("        dk += tl.dot(dst.to(q.dtype), q)\n",
-     "        dk += tl.dot(dst.to(q.dtype), q)\n"
-     "        dq_rows = tl.load(dq_ptr + offsets, mask=rows[:, None] < seq_len, other=0.0)\n"
-     "        tl.store(dq_ptr + offsets, dq_rows + tl.dot(tl.trans(dst).to(k.dtype), k) * scale, mask=rows[:, None] < seq_len)\n"),
-    ("dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)",
-     "dq, dk, dv = torch.zeros_like(q), torch.empty_like(k), torch.empty_like(v)"),
-    ("lse, delta, dk, dv, seq_len,", "lse, delta, dk, dv, dq, seq_len,"),
-    ("lse, delta, dq, seq_len,", "lse, delta, torch.empty_like(dq), seq_len,"),
-]
 
 MISTAKES = {  # name: (edits of the solution's answer cells, the test cell that must fail, what its message must say)
     # 11

@@ -22,6 +22,7 @@ from autograder.authoring.kernel_timings import solution_namespace  # noqa: E402
 from autograder.grading.running.judging import answer, referee  # noqa: E402
 from autograder.student.checker import attention  # noqa: E402
 from autograder.student.kernels import interpreted  # noqa: E402
+from conftest import DQ_RACE  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not interpreted(), reason="these tests run Triton's interpreter")
 
@@ -37,18 +38,6 @@ FORWARD_RAGGED = "            keep = keys[None, :] < seq_len\n            if CAU
 Q_LOOP = ("    end = tl.minimum(seq_len, start_m + BLOCK_M) if CAUSAL else seq_len\n    for start_n in range(0, end, BLOCK_N):\n"
           "        keys = start_n + tl.arange(0, BLOCK_N)\n        key_offsets")
 NO_SCALE = ("s = tl.dot(q, tl.trans(k)) * scale_log2", "s = tl.dot(q, tl.trans(k)) * log2e")
-# dq added into by every key/value program, a load and a store: right in the interpreter, a race on a GPU
-DQ_IN_KV_KERNEL = [
-    ("delta_ptr, dk_ptr, dv_ptr, seq_len,", "delta_ptr, dk_ptr, dv_ptr, dq_ptr, seq_len,"),
-    ("        dk += tl.dot(dst.to(q.dtype), q)\n",
-     "        dk += tl.dot(dst.to(q.dtype), q)\n"
-     "        dq_rows = tl.load(dq_ptr + offsets, mask=rows[:, None] < seq_len, other=0.0)\n"
-     "        tl.store(dq_ptr + offsets, dq_rows + tl.dot(tl.trans(dst).to(k.dtype), k) * scale, mask=rows[:, None] < seq_len)\n"),
-    ("dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)",
-     "dq, dk, dv = torch.zeros_like(q), torch.empty_like(k), torch.empty_like(v)"),
-    ("lse, delta, dk, dv, seq_len,", "lse, delta, dk, dv, dq, seq_len,"),
-    ("lse, delta, dq, seq_len,", "lse, delta, torch.empty_like(dq), seq_len,"),
-]
 
 MISTAKES = [  # (what, the changes typed into the solution, the check, what its message must say)
     ("accumulator not rescaled", [("acc = acc * alpha[:, None] + tl.dot(", "acc = acc + tl.dot(")],
@@ -101,8 +90,8 @@ MISTAKES = [  # (what, the changes typed into the solution, the check, what its 
      BACKWARD.format(False, 37), "attention_backward's dv is wrong: " + attention.DV_ASSIGNED),
     ("the gradients' scale forgotten", [("(dq * scale).to(", "dq.to("), ("(dk * scale).to(", "dk.to(")],
      BACKWARD.format(False, 37), attention.GRADIENT_NO_SCALE),
-    ("a query-gradient race", DQ_IN_KV_KERNEL, BACKWARD.format(False, 37), "two programs of attention_backward_kv_kernel write"),
-    ("a query-gradient race, causal", DQ_IN_KV_KERNEL, BACKWARD.format(True, 37), None),  # Exercise 5's, named there
+    ("a query-gradient race", DQ_RACE, BACKWARD.format(False, 37), "two programs of attention_backward_kv_kernel write"),
+    ("a query-gradient race, causal", DQ_RACE, BACKWARD.format(True, 37), None),  # Exercise 5's, named there
     ("ragged tail loaded without other=", [("v = tl.load(v_ptr + key_offsets, mask=keys[:, None] < seq_len, other=0.0)\n        p =",
                                             "v = tl.load(v_ptr + key_offsets, mask=keys[:, None] < seq_len)\n        p =")],
      BACKWARD.format(False, 37), attention.RAGGED_NAN),
