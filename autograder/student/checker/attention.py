@@ -428,5 +428,8 @@ def _not_skipped(name: str, causal_launches: list, full_launches: list, traced: 
 def _difference(what: str, got, want, whose: str = "attention's (softmax(q k^T / sqrt(d)) v, in float64)") -> str:
     wrong = ~_isclose(got.to(torch.float64), want, rtol=VALUE_RTOL, atol=VALUE_ATOL, equal_nan=True)
     first = tuple(int(i) for i in wrong.nonzero()[0])
+    have, right = got[first].item(), want[first].item()
+    allowed = VALUE_ATOL + VALUE_RTOL * abs(right)
     return (f"{what} differs from {whose} at {int(wrong.sum()):,} of {wrong.numel():,} elements, the first at index "
-            f"{list(first)}: {got[first].item():.6g} where {want[first].item():.6g} is right")
+            f"{list(first)}: {have:.6g} where {right:.6g} is right, a difference of {abs(have - right):.3g} where "
+            f"{allowed:.3g} is allowed ({abs(have - right) / allowed:,.0f} times the tolerance)")

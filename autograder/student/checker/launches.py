@@ -31,8 +31,8 @@ ALLOCATING = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_st
 COPYING = {"clone", "_to_copy", "copy_", "contiguous", "_copy_from", "_copy_from_and_resize", "detach_copy",
            "lift_fresh_copy"}  # what copies its input's values, in another layout or dtype
 INTERPRETERS = {"new_empty", "set_", "empty", "copy_"}  # what Triton's interpreter runs inside a launch (its copies)
-LIBRARIES = tuple(os.path.dirname(os.path.dirname(module.__file__)) + os.sep
-                  for module in (torch, __import__("autograder")))
+LIBRARIES = (os.path.dirname(os.path.dirname(torch.__file__)) + os.sep,  # site-packages: torch, triton, ...
+             os.path.dirname(__import__("autograder").__file__) + os.sep)  # the course's own package
 
 
 def trace_launcher(function, args) -> tuple[dict, object]:
