@@ -309,3 +309,18 @@ class Sqrt(torch.autograd.Function):
 def sqrt_keeping(keep: str, get: str, before: str = "", class_body: str = "pass", extra: str = "") -> str:
     """The source of a Sqrt answer cell that keeps its input as ``keep`` says and reads it back with ``get``."""
     return SQRT_KEEPING_ITS_INPUT.format(keep=keep, get=get, before=before, class_body=class_body, extra=extra)
+
+
+# 11's solution with a query-gradient race typed in (tests/student/checker/test_attention.py, test_seeded_mistakes.py):
+# dq added into by every key/value program, a load and a store; right in Triton's interpreter, a race on a GPU.
+DQ_RACE = [
+    ("delta_ptr, dk_ptr, dv_ptr, seq_len,", "delta_ptr, dk_ptr, dv_ptr, dq_ptr, seq_len,"),
+    ("        dk += tl.dot(dst.to(q.dtype), q)\n",
+     "        dk += tl.dot(dst.to(q.dtype), q)\n"
+     "        dq_rows = tl.load(dq_ptr + offsets, mask=rows[:, None] < seq_len, other=0.0)\n"
+     "        tl.store(dq_ptr + offsets, dq_rows + tl.dot(tl.trans(dst).to(k.dtype), k) * scale, mask=rows[:, None] < seq_len)\n"),
+    ("dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)",
+     "dq, dk, dv = torch.zeros_like(q), torch.empty_like(k), torch.empty_like(v)"),
+    ("lse, delta, dk, dv, seq_len,", "lse, delta, dk, dv, dq, seq_len,"),
+    ("lse, delta, dq, seq_len,", "lse, delta, torch.empty_like(dq), seq_len,"),
+]

@@ -18,7 +18,7 @@ import triton.language as tl  # noqa: E402
 from autograder import check_custom_op, check_function, check_kernel  # noqa: E402
 from autograder.authoring.kernel_timings import NOTEBOOK, solution_namespace  # noqa: E402
 from autograder.student.checker.diagnoses import explain_known_mistakes, explain_non_finite  # noqa: E402
-from autograder.student.checker.kernels import _grid_stops_there  # noqa: E402
+from autograder.student.checker.kernel_patterns import _grid_stops_there  # noqa: E402
 from autograder.student.checker.messages import NOT_DONE  # noqa: E402
 from autograder.student.kernels import (  # noqa: E402
     SOFTMAX_NAN, UNGUARDED, OutOfBounds, _missing_internals, guard_memory, interpreted,
@@ -175,17 +175,17 @@ MISTAKES = [  # small shapes: 13 rows make two forward row programs, 1100 column
     ("bias_gelu_forward", (13, 1100, "float16"), LOADS, LOADS.replace("at_least_float32(", "("),
      "tl.math.erf and tl.exp take float32 or float64 only"),
     ("bias_gelu_forward", (13, 1100, "float16"), "y = torch.empty_like(x)", "y = torch.empty(x.shape, device=x.device)",
-     "bias_gelu_forward's result is torch.float32, expected torch.float16"),
+     "bias_gelu_forward's y is torch.float32, expected torch.float16"),
     ("bias_gelu_backward", (37, 300), "grad_bias.sum(0)", "grad_bias.sum(1)",
-     "result 1 has shape [2], expected [300]: summed over the wrong axis?"),
+     "grad_bias has shape [2], expected [300]: summed over the wrong axis?"),
     ("bias_gelu_backward", (37, 300), AXIS_0, AXIS_0.replace("axis=0", "axis=1"),
      "two blocks of different shapes meet (a store, a mask, or arithmetic). A sum over the wrong axis does that"),
     ("bias_gelu_backward_atomic", (37, 300), AXIS_0, AXIS_0.replace("axis=0", "axis=1"),
      "failed (InterpreterError: ValueError(\"Cannot broadcast"),
     ("bias_gelu_backward", (37, 300), AXIS_0, "column_sums = tl.sum(grad_h, axis=0)",
-     "result 1 is NaN everywhere. Either the sums took in masked lanes"),
+     "grad_bias is NaN everywhere. Either the sums took in masked lanes"),
     ("bias_gelu_backward", (37, 300), 'grid = (triton.cdiv(n_rows, BACKWARD_TILE["BLOCK_ROWS"])',
-     'grid = (n_rows // BACKWARD_TILE["BLOCK_ROWS"]', "result 0 is never written in the last 5 rows (of 37)"),
+     'grid = (n_rows // BACKWARD_TILE["BLOCK_ROWS"]', "grad_x is never written in the last 5 rows (of 37)"),
     ("bias_gelu_backward", (37, 300), OFFSETS, "offsets = rows[:, None] * BLOCK_COLUMNS + columns[None, :]",
      "is right on one row of 300 columns, but is wrong on 37 rows: the rows after the first are reached in the "
      "wrong place"),
@@ -200,7 +200,7 @@ MISTAKES = [  # small shapes: 13 rows make two forward row programs, 1100 column
      "holds only the last 5 rows' sum: the programs along the rows overwrote each other's sums (tl.store) instead "
      "of adding them (tl.atomic_add)"),
     ("bias_gelu_backward_atomic", (37, 300), "(grad_bias if atomic else grad_bias.sum(0))",
-     "(2 * grad_bias if atomic else grad_bias.sum(0))", "result 1 is twice the right value"),
+     "(2 * grad_bias if atomic else grad_bias.sum(0))", "grad_bias is twice the right value"),
 ]
 
 
@@ -213,8 +213,9 @@ def test_check_kernel_names_the_mistake_in_a_wrong_kernel(tmp_path, launcher, sh
         args.append(torch.randn(rows, columns, dtype=dtype))
     reference = namespace["bias_gelu_reference" if launcher == "bias_gelu_forward" else "bias_gelu_backward_reference"]
     tolerance = {"rtol": 1e-2, "atol": 1e-2} if dtype == torch.float16 else {}
+    outputs = ("y",) if launcher == "bias_gelu_forward" else ("grad_x", "grad_bias")
     with pytest.raises(AssertionError) as caught:
-        check_kernel(namespace[launcher], reference, *args, **tolerance)
+        check_kernel(namespace[launcher], reference, *args, outputs=outputs, **tolerance)
     assert named in str(caught.value), str(caught.value)
 
 
@@ -348,3 +349,23 @@ def test_check_custom_op_passes_the_solutions_honest_fakes_on_a_transposed_input
         5, 7, dtype=torch.float64)
     check_custom_op(namespace["bias_gelu_op"], x.detach().requires_grad_(), bias.detach().requires_grad_())
     check_custom_op(namespace["bias_gelu_backward_op"], x, bias, grad_output)
+
+
+def test_on_the_courses_pieces_a_launch_in_backward_is_still_found_and_a_broken_launcher_costs_nothing(tmp_path):
+    """Exercise 5 runs on the course's own launchers (``on_pieces``): they raise, as a launch does, on the fake
+    tensors opcheck traces with, so a backward formula that calls the launcher is named; a broken launcher of
+    Exercise 1 is not used."""
+    from autograder.student.checker.pieces import on_pieces
+
+    x = torch.randn(7, 5, dtype=torch.float64).t()
+    bias = torch.randn(7, dtype=torch.float64)
+    launched = _mistaken(tmp_path, "return bias_gelu_backward_op(x, bias, grad_output)",
+                         "return bias_gelu_backward(x, bias, grad_output)")
+    with on_pieces(launched["bias_gelu_op"], "bias_gelu_forward", "bias_gelu_backward"):
+        with pytest.raises(AssertionError, match="a kernel was launched on a fake tensor"):
+            check_custom_op(launched["bias_gelu_op"], x.detach().requires_grad_(), bias.detach().requires_grad_())
+    broken = _mistaken(tmp_path, 'triton.cdiv(n_columns, meta["BLOCK_COLUMNS"])', 'n_columns // meta["BLOCK_COLUMNS"]')
+    with on_pieces(broken["bias_gelu_op"], "bias_gelu_forward", "bias_gelu_backward"):
+        check_custom_op(broken["bias_gelu_op"], x.detach().requires_grad_(), bias.detach().requires_grad_())
+    assert broken["bias_gelu_forward"].__name__ == "bias_gelu_forward"  # the student's, put back after the block
+    assert "bias_gelu_forward_kernel" in broken["bias_gelu_forward"].__code__.co_names

@@ -2,43 +2,46 @@
 
 Attention here is ``softmax(q k^T / sqrt(d)) v`` per head, for ``q, k, v`` of shape (batch, heads, sequence, d), with
 ``lse``, the natural log-sum-exp of each row of scaled scores (batch, heads, sequence), as the statistic forward saves.
+Each check judges one exercise's kernels, whatever the others do:
 
-- ``check_attention_forward(launcher, q, k, v, causal)``: ``launcher(q, k, v, causal)`` returns ``(o, lse)``; when they
-  are wrong, ``forward_problem`` says which mistake they are, by comparing them with what each known mistake gives,
-  computed here in float64: the accumulator (or running sum) of the online softmax not rescaled when the maximum
-  grows, the ``1/sqrt(d)`` scale forgotten or applied twice, the causal mask off by one (or missing, or reversed),
-  key columns past the sequence's end not masked, the log-sum-exp saved without the maximum (or in base 2).
-- ``check_attention(Function, q, k, v, causal)``: a record (``attention_record``) of what the Function's forward and
-  backward did, made where it runs, and its judgement (``attention_problem``): the largest tensor each created (a
-  sequence x sequence one is the whole probability matrix), two programs of a kernel writing one element (a race,
-  as in a query gradient stored from every key tile), how many ``tl.dot`` a causal run takes against a full one (a
-  causal kernel skips the tiles its mask removes whole), and the gradients against the known mistakes of backward:
-  ``dS`` without subtracting ``D``, the scale forgotten or applied twice, the causal mask off by one, probabilities
-  recomputed from a log-sum-exp saved without its maximum, NaN from lanes past the sequence's end.
+- ``check_attention_forward(launcher, q, k, v, causal)`` (Exercises 4 and 7): ``launcher(q, k, v, causal)`` returns
+  ``(o, lse)``. Wrong ones are named by comparing them with what each known mistake gives (``_forward``, in float64):
+  the accumulator (or running sum) of the online softmax not rescaled, the ``1/sqrt(d)`` scale forgotten or applied
+  twice, key columns past the sequence's end counted, the log-sum-exp saved without the maximum, without log l, or in
+  base 2.
+- ``check_attention_backward(launcher, q, k, v, o, lse, grad_output, causal)`` (Exercises 5 and 7): the launcher gets
+  attention's own ``o`` and ``lse``, so forward's mistakes cost nothing here, and returns ``(dq, dk, dv)``; named:
+  ``dS`` without ``D``, a wrong ``D`` (the ``D`` the gradients imply, found row by row), the scale forgotten or applied
+  twice, ``dv`` or ``dk`` assigned in the loop instead of added, NaN from lanes past the end.
+- With ``causal=True`` each also runs the launcher without the mask on the same inputs. The causal result is judged
+  against what that unmasked run gives, with the mask applied: a kernel wrong without the mask in a known way
+  (Exercise 4's or 5's mistake, charged there) is judged on its mask alone, and a mask off by one, missing or
+  reversed, a key/value loop that starts a query tile late, a loop over key tiles that stops a tile early are named.
+  Each kernel must skip the tiles its mask removes whole: its ``tl.dot`` count, causal, against its own unmasked run
+  (``SKIPPED_SHARE``), kernel by kernel.
 
-As in ``diagnoses``, the record is plain data: in grading the referee asks the examinee for it and judges it itself.
+Every check also traces the launcher (``checker.launches``: with ``requires``, the results must be written by the
+answer's kernels), looks for a tensor of sequence x sequence elements made outside the kernels (FlashAttention never
+stores the probabilities) and for two programs of a kernel writing one element (a race: ``watch_launches``). As in
+``checker.kernels``, what the launcher did is plain data: in grading the examinee runs it and the referee judges here.
 """
 
 from __future__ import annotations
 
-import math
-
 import torch
 
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
+from autograder.student.checker.attention_math import (
+    MATCH_ATOL, MATCH_RTOL, VALUE_ATOL, VALUE_RTOL, _backward, _forward, _implied_delta, _near, backward_reference,
+    forward_reference,
+)
+from autograder.student.checker.kernels import _error_hint, error_text, fresh_memory_is_nan, kernel_problem, kernel_runs
+from autograder.student.checker.launches import contract_problem, kernels_launched
+from autograder.student.checker.references import CheckFailure, _isclose, _Tensor
 
-from autograder.student.checker.diagnoses import float64_leaves
-from autograder.student.kernels import watch_launches
-from autograder.student.checker.harness import _copies, as_data
-from autograder.student.checker.kernels import _error_hint, fresh_memory_is_nan, kernel_problem
-from autograder.student.checker.references import _draw, _Generator, _isclose, _no_grad, _Tensor
-
-TILES = (16, 32, 64, 128)  # key tiles a kernel may use, for the mistakes that depend on the tile
-SKIPPED_SHARE = 0.85  # a causal run that skips the masked tiles runs at most this share of a full run's tl.dot
-SKIPS_FROM = 64  # ... from this length on: two key tiles or more of the interpreter's 32 (one tile has none to skip)
-MATCH_RTOL, MATCH_ATOL = 1e-4, 1e-6  # a result "is" a mistake's when this close to it (float32 kernels round)
-VALUE_RTOL, VALUE_ATOL = 1e-5, 1e-7  # float64 results this close to attention's are right (kernels pass float32 scalars)
+TILES = (16, 32, 64, 128)  # key and query tiles a kernel may use, for the mistakes that depend on the tile
+SKIPPED_SHARE = 0.85  # a causal run that skips the masked tiles runs at most this share of its kernel's unmasked tl.dot
+SKIPS_FROM = 64  # ... from this length on: two tiles or more of the interpreter's 32 (one tile has none to skip)
+UNMASKED = "without the mask"  # the name of a causal check's run with causal=False
 
 ACCUMULATOR = ("the online softmax's accumulator is not rescaled when a row's running maximum grows. When a new key "
                "tile raises the maximum from m to m_new, what acc and the running sum l already hold was weighted by "
@@ -57,11 +60,18 @@ CAUSAL_MISSING = ("the causal mask is missing: with causal=True, query i sees ke
                   "key > query to -inf (and skip the key tiles that lie wholly above the diagonal)")
 CAUSAL_REVERSED = ("the causal mask points the wrong way: each query sees the keys after it. Keep the scores where "
                    "key <= query")
+LOOP_ENDS_EARLY = ("the causal loop over key tiles stops one tile early: query rows from start_m see keys up to their "
+                   "own, so the loop runs to start_m + BLOCK_M (the tile the diagonal crosses included), not to start_m")
+KV_LOOP_LATE = ("the key/value kernel's causal loop starts one query tile late: the keys from start_n are first seen "
+                "by the query tile that holds query start_n, which starts at (start_n // BLOCK_M) * BLOCK_M, not the "
+                "tile after it; dk and dv miss that tile's queries")
 RAGGED_KEYS = ("the key columns past the sequence's end are counted: the last key tile sticks out, and its masked lanes "
                "(loaded as 0) got score 0, so exp(0 - m) went into the running sum. Set the scores of columns >= "
                "seq_len to -inf before the maximum and the exponential")
 LSE_WITHOUT_MAX = ("the log-sum-exp is saved without the maximum: the running sum l was taken relative to exp(m), so "
                    "the row's log-sum-exp is m + log(l), not log(l)")
+LSE_WITHOUT_SUM = ("the log-sum-exp is saved without log(l): m is only the row's largest score; the log-sum-exp of the "
+                   "row is m + log(l), with l the running sum")
 LSE_BASE_2 = ("the log-sum-exp is in base 2 (m + log2(l) with exp2 scores): multiply it by ln 2 to store the natural "
               "log-sum-exp")
 WITHOUT_D = ("dS is computed without subtracting D: the softmax's backward is dS = P * (dP - D), with D = rowsum(dO * O) "
@@ -70,118 +80,57 @@ GRADIENT_NO_SCALE = ("the query and key gradients miss the scale: the scores are
                      "and dk = scale * dS^T @ q")
 GRADIENT_SCALE_TWICE = ("the query and key gradients are scaled twice: dq = scale * dS @ k and dk = scale * dS^T @ q, "
                         "once (if P is recomputed from already scaled scores, do not scale dS again)")
-GRADIENT_LSE = ("backward recomputes P from a log-sum-exp saved without the row maximum: P = exp(scale * q k^T - lse) "
-                "needs lse = m + log(l)")
+DV_ASSIGNED = ("dv holds the last query tile's term only: the loop over query tiles assigns dv = tl.dot(...) where it "
+               "must add to it (dv += ...), from zeros made before the loop")
+DK_ASSIGNED = ("dk holds the last query tile's term only: the loop over query tiles assigns dk = tl.dot(...) where it "
+               "must add to it (dk += ...), from zeros made before the loop")
 RAGGED_NAN = ("NaN: lanes past the sequence's end reached a tl.dot or a sum. A masked tl.load without other= holds NaN "
               "here (a GPU promises nothing there): load q, k, v, dO, lse and D with other=0.0, and set the "
               "probabilities of rows or columns >= seq_len to 0 (tl.where) before they are used")
+NOT_SKIPPED = {  # per kernel: how its causal loop skips the tiles above the diagonal
+    "forward": "for query rows from start_m, loop over the key tiles up to start_m + BLOCK_M only",
+    "key/value": "start the loop over query tiles at the first tile that reaches the keys, (start_n // BLOCK_M) * BLOCK_M",
+    "query": "for query rows from start_m, loop over the key tiles up to start_m + BLOCK_M only",
+}
 
 
 # --------------------------------------------------------------------------------------------
-# Attention, right and wrong, in float64
+# The known mistakes, as parameters of attention_math's _forward and _backward
 
 
-def _keep(rows: int, columns: int, causal: bool, shift: int = 0, reverse: bool = False, device=None):
-    """Which scores of a rows x columns matrix a query row keeps: all, or keys <= query + shift (keys >= query when
-    ``reverse``)."""
-    query = torch.arange(rows, device=device)[:, None]
-    key = torch.arange(columns, device=device)[None, :]
-    if not causal:
-        return torch.ones(rows, columns, dtype=torch.bool, device=device)
-    return key >= query if reverse else key <= query + shift
-
-
-def _scores(q, k, power: float = 1.0):
-    return (q @ k.transpose(-1, -2)) * q.shape[-1] ** (-0.5 * power)
-
-
-def attended(q, k, v, causal: bool = False, power: float = 1.0, shift: int = 0, reverse: bool = False):
-    """(o, lse) of attention in float64, the scale 1/sqrt(d) applied ``power`` times, the causal mask shifted or
-    reversed as the mistakes have it (a row that keeps nothing gives NaN and -inf)."""
-    q, k, v = (t.detach().to(torch.float64) for t in (q, k, v))
-    keep = _keep(q.shape[-2], k.shape[-2], causal, shift, reverse, q.device)
-    scores = _scores(q, k, power).masked_fill(~keep, -math.inf)
-    lse = torch.logsumexp(scores, -1)
-    return torch.softmax(scores, -1) @ v, lse
-
-
-def forward_reference(q, k, v, causal: bool = False):
-    """(o, lse) in the inputs' dtype: what an attention forward launcher returns."""
-    o, lse = attended(q, k, v, causal)
-    return o.to(q.dtype), lse.to(q.dtype)
-
-
-def _online(q, k, v, causal: bool, tile: int, rescale_accumulator: bool, rescale_sum: bool):
-    """o of an online softmax over key tiles of ``tile`` columns that forgets to rescale the accumulator or the sum."""
-    q, k, v = (t.detach().to(torch.float64) for t in (q, k, v))
-    scores = _scores(q, k).masked_fill(~_keep(q.shape[-2], k.shape[-2], causal, device=q.device), -math.inf)
-    m = torch.full(scores.shape[:-1], -math.inf, dtype=torch.float64, device=q.device)
-    total, accumulator = torch.zeros_like(m), torch.zeros_like(q)
-    for start in range(0, scores.shape[-1], tile):
-        block = scores[..., start:start + tile]
-        m_new = torch.maximum(m, block.amax(-1))
-        alpha = torch.exp(m - m_new).nan_to_num(1.0)  # (-inf - -inf: a row that has seen nothing yet)
-        p = torch.exp(block - m_new[..., None]).nan_to_num(0.0)
-        total = (total * alpha if rescale_sum else total) + p.sum(-1)
-        accumulator = (accumulator * alpha[..., None] if rescale_accumulator else accumulator) + p @ v[..., start:start + tile, :]
-        m = m_new
-    return accumulator / total[..., None]
-
-
-def _padded_keys(q, k, v, tile: int):
-    """o when the last key tile's lanes past the sequence's end count with score 0 (their k and v loaded as 0)."""
-    length = k.shape[-2]
-    extra = -length % tile
-    pad = q.new_zeros(*k.shape[:-2], extra, k.shape[-1])
-    return attended(q, torch.cat([k, pad], -2), torch.cat([v, pad], -2))[0]
-
-
-def _output_mistakes(q, k, v, causal: bool):
-    """(what is wrong, the o it gives) for each known mistake of forward's output, lazily."""
-    length = q.shape[-2]
-    yield NO_SCALE, lambda: attended(q, k, v, causal, power=0)[0]
-    yield SCALE_TWICE, lambda: attended(q, k, v, causal, power=2)[0]
-    if causal:
-        yield CAUSAL_DIAGONAL, lambda: attended(q, k, v, True, shift=-1)[0]
-        yield CAUSAL_ONE_MORE, lambda: attended(q, k, v, True, shift=1)[0]
-        yield CAUSAL_MISSING, lambda: attended(q, k, v, False)[0]
-        yield CAUSAL_REVERSED, lambda: attended(q, k, v, True, reverse=True)[0]
+def _forward_mistakes(length: int):
+    """(what is wrong, ``_forward``'s parameters) for each known mistake of forward, without the mask."""
+    yield NO_SCALE, {"power": 0}
+    yield SCALE_TWICE, {"power": 2}
     for tile in [t for t in TILES if t < length]:
-        yield ACCUMULATOR, lambda t=tile: _online(q, k, v, causal, t, False, True)
-        yield ACCUMULATOR, lambda t=tile: _online(q, k, v, causal, t, False, False)
-        yield RUNNING_SUM, lambda t=tile: _online(q, k, v, causal, t, True, False)
-    if not causal:
-        for tile in [t for t in TILES if length % t]:
-            yield RAGGED_KEYS, lambda t=tile: _padded_keys(q, k, v, t)
+        yield ACCUMULATOR, {"online": (tile, False, True)}
+        yield ACCUMULATOR, {"online": (tile, False, False)}
+        yield RUNNING_SUM, {"online": (tile, True, False)}
+    for tile in [t for t in TILES if length % t]:
+        yield RAGGED_KEYS, {"pad": tile}
+    yield LSE_WITHOUT_MAX, {"lse": "without_max"}
+    yield LSE_WITHOUT_SUM, {"lse": "max"}
+    yield LSE_BASE_2, {"lse": "base2"}
 
 
-def _lse_mistakes(q, k, v, causal: bool):
-    """(what is wrong, the lse it gives) for each known mistake of the saved log-sum-exp, lazily."""
-    def without_max():
-        q64, k64 = q.detach().to(torch.float64), k.detach().to(torch.float64)
-        scores = _scores(q64, k64).masked_fill(~_keep(q.shape[-2], k.shape[-2], causal, device=q.device), -math.inf)
-        return attended(q, k, v, causal)[1] - scores.amax(-1)
-
-    yield LSE_WITHOUT_MAX, without_max
-    yield LSE_BASE_2, lambda: attended(q, k, v, causal)[1] / math.log(2)
-    yield NO_SCALE, lambda: attended(q, k, v, causal, power=0)[1]
-    yield SCALE_TWICE, lambda: attended(q, k, v, causal, power=2)[1]
+def _causal_mistakes(length: int, tiles: bool = True):
+    """(what is wrong, parameters) for each known mistake of the causal mask, in forward or backward."""
+    yield CAUSAL_DIAGONAL, {"shift": -1}
+    yield CAUSAL_ONE_MORE, {"shift": 1}
+    yield CAUSAL_MISSING, {"causal": False}
+    yield CAUSAL_REVERSED, {"reverse": True}
+    for tile in [t for t in TILES if t < length] if tiles else []:
+        yield LOOP_ENDS_EARLY, {"early": tile}
 
 
-def _first_match(got, right, mistakes) -> str | None:
-    """The first mistake whose result ``got`` is, among those whose result is not the right one."""
-    if not isinstance(got, _Tensor) or got.shape != right.shape:
-        return None
-    got = got.detach().to(torch.float64)
-    for description, result in mistakes:
-        wrong = result()
-        if wrong.shape == got.shape and not _near(wrong, right) and _near(got, wrong):
-            return description
+def _which(got, right, variants, compute) -> tuple[str, dict] | None:
+    """The first (description, parameters) of ``variants`` whose result ``compute(**parameters)`` ``got`` is, among
+    those whose result is not ``right``."""
+    for description, parameters in variants:
+        wrong = compute(**parameters)
+        if not _near(wrong, right) and _near(got, wrong):
+            return description, parameters
     return None
-
-
-def _near(a, b) -> bool:
-    return bool(_isclose(a, b.to(a.dtype), rtol=MATCH_RTOL, atol=MATCH_ATOL, equal_nan=True).all())
 
 
 # --------------------------------------------------------------------------------------------
@@ -189,9 +138,10 @@ def _near(a, b) -> bool:
 
 
 def forward_problem(name: str, got, q, k, v, causal: bool = False, rtol: float = 1e-5, atol: float = 1e-5,
-                    error: str | None = None) -> str | None:
+                    error: str | None = None, unmasked=None) -> str | None:
     """What is wrong with ``got``, the ``(o, lse)`` that ``name(q, k, v, causal)`` returned (or the ``error`` it
-    raised instead); None if right."""
+    raised instead); None if right. A causal call is judged against ``unmasked``, what ``name`` returned without the
+    mask, where that is wrong in a known way."""
     want = forward_reference(q, k, v, causal)
     if error is not None:
         return kernel_problem(name, None, None, error=error)
@@ -201,196 +151,285 @@ def forward_problem(name: str, got, q, k, v, causal: bool = False, rtol: float =
         if g.shape != w.shape or g.dtype != w.dtype:
             return (f"{name}'s {what} has shape {list(g.shape)} and dtype {g.dtype}, expected {list(w.shape)} and "
                     f"{w.dtype}" + (" (one log-sum-exp per query row: batch, heads, sequence)" if what == "lse" else ""))
-    o_right, lse_right = (bool(_isclose(g, w, rtol=rtol, atol=atol).all()) for g, w in zip(got, want))
-    if o_right and lse_right:
+    if all(bool(_isclose(g, w, rtol=rtol, atol=atol).all()) for g, w in zip(got, want)):
         return None
-    right = attended(q, k, v, causal)
-    if not o_right:
-        named = _first_match(got[0], right[0], _output_mistakes(q, k, v, causal))
-        if named:
-            return f"{name}'s o is wrong: {named}"
-    else:
-        named = _first_match(got[1], right[1], _lse_mistakes(q, k, v, causal))
-        if named:
-            return f"{name}'s lse is wrong (o is right): {named}"
-    problem = kernel_problem(name, list(got), list(want), rtol, atol)
+    length = q.shape[-2]
+    if causal:
+        return _causal_forward_problem(name, got, q, k, v, unmasked)
+    right = _forward(q, k, v)
+    found = _which(tuple(got), right, _forward_mistakes(length), lambda **p: _forward(q, k, v, **p))
+    if found is None:  # two mistakes at once: name the output's, else the log-sum-exp's
+        found = _which(got[0], right[0], _forward_mistakes(length), lambda **p: _forward(q, k, v, **p)[0])
+        if found is None and _near(got[0], right[0], VALUE_RTOL, VALUE_ATOL * 100):
+            found = _which(got[1], right[1], _forward_mistakes(length), lambda **p: _forward(q, k, v, **p)[1])
+    if found:
+        o_right = _near(got[0], right[0], rtol, atol)
+        return f"{name}'s {'lse is wrong (o is right)' if o_right else 'o is wrong'}: {found[0]}"
+    problem = kernel_problem(name, list(got), list(want), rtol, atol, outputs=("o", "lse"), blocks={"BLOCK_M"})
     return problem + (f". {RAGGED_NAN}" if any(bool(torch.isnan(g).any()) for g in got) else "")
 
 
-def check_attention_forward(function, q, k, v, causal: bool = False, rtol: float = 1e-5, atol: float = 1e-5) -> None:
+def _causal_forward_problem(name: str, got, q, k, v, unmasked) -> str | None:
+    """A causal (o, lse) judged on its mask: against attention with the mask, done as the unmasked run does it."""
+    length = q.shape[-2]
+    base = _base_mistake(unmasked, _forward(q, k, v), _forward_mistakes(length), lambda **p: _forward(q, k, v, **p))
+    if base is None:
+        return (f"{name} is wrong without the mask too (causal=False) in a way the checker cannot name, so its causal "
+                f"mask cannot be judged apart from that: make it right without the mask first (Exercise 4)")
+    description, parameters = base
+    expected = _forward(q, k, v, True, **parameters)
+    if _near(tuple(got), expected, *((VALUE_RTOL, VALUE_ATOL * 100) if not description else (MATCH_RTOL, MATCH_ATOL))):
+        return None
+    on_top = f" (and, as without the mask, {description})" if description else ""
+    for mistake, more in _causal_mistakes(length):
+        wrong = _forward(q, k, v, **({"causal": True} | parameters | more))
+        if not _near(wrong, expected) and _near(got[0], wrong[0]):
+            return f"{name}'s o is wrong with causal=True: {mistake}{on_top}"
+    which = "o" if not _near(got[0], expected[0]) else "lse"
+    index = 0 if which == "o" else 1
+    return _difference(f"{name}'s {which} with causal=True", got[index], expected[index],
+                       "attention's with the causal mask" + (", done as your kernel does it without the mask"
+                                                             if description else ""))
+
+
+def _base_mistake(unmasked, right, variants, compute) -> tuple[str, dict] | None:
+    """What the unmasked run is: ("", {}) when right (or not run), (description, parameters) of a known mistake, or
+    None when it is wrong in another way."""
+    if unmasked is None or "result" not in unmasked:
+        return "", {}
+    got = unmasked["result"]
+    if not (isinstance(got, (tuple, list)) and all(isinstance(g, _Tensor) for g in got)):
+        return None
+    got = tuple(got)
+    if _near(got, right, VALUE_RTOL * 10, VALUE_ATOL * 100):
+        return "", {}
+    return _which(got, right, variants, compute)
+
+
+def check_attention_forward(function, q, k, v, causal: bool = False, rtol: float = 1e-5, atol: float = 1e-5,
+                            requires: str | None = None) -> None:
     """Check that ``function(q, k, v, causal)`` (an attention forward that launches kernels) returns attention's
-    ``(o, lse)``; when it does not, say which known mistake it made (``forward_problem``). New tensors hold NaN
-    meanwhile, as in ``check_kernel``."""
+    ``(o, lse)``, its results written by its kernels (with ``requires``, the exercise's requirement), no sequence x
+    sequence tensor made, and, when causal, the tiles above the diagonal skipped; when wrong, say which known
+    mistake it made (``forward_verdict``). New tensors hold NaN meanwhile, as in ``check_kernel``."""
+    __tracebackhide__ = True  # noqa: F841
     name = getattr(function, "__name__", "your function")
-    try:
-        with fresh_memory_is_nan():
-            got = as_data(function(*_copies((q, k, v, causal))))
-    except Exception as error:  # a Triton error the course can explain becomes its explanation
-        if _error_hint(str(error)) is None:
-            raise
-        raise AssertionError(forward_problem(name, None, q, k, v, causal, error=f"{type(error).__name__}: {error}"))
-    problem = forward_problem(name, got, q, k, v, causal, rtol, atol)
+    with fresh_memory_is_nan():
+        runs = kernel_runs(function, (q, k, v, causal), strided=False, rows=False, watch=True,
+                           also={UNMASKED: (q, k, v, False)} if causal else None)
+    problem = forward_verdict(name, runs, q, k, v, causal, rtol, atol, requires)
     if problem:
-        raise AssertionError(problem)
+        raise CheckFailure(problem) from None
+    if "error" in runs["given"] and isinstance(runs["given"]["error"], BaseException):
+        raise runs["given"]["error"]
+
+
+def forward_verdict(name: str, runs: dict, q, k, v, causal: bool = False, rtol: float = 1e-5, atol: float = 1e-5,
+                    requires: str | None = None) -> str | None:
+    """The judgement of ``kernel_runs`` of an attention forward launcher (see the module's docstring)."""
+    given = runs["given"]
+    if "error" in given:
+        text = error_text(given["error"])
+        return forward_problem(name, None, q, k, v, causal, error=text) if _error_hint(text) is not None else None
+    problem = _launches_problem(name, runs, requires, ("o", "lse"), q, causal)
+    return problem or forward_problem(name, given["result"], q, k, v, causal, rtol, atol, unmasked=runs.get(UNMASKED))
 
 
 # --------------------------------------------------------------------------------------------
-# The Function: forward and backward, and what their kernels did
+# Backward: a launcher's (dq, dk, dv), from attention's own o and lse
 
 
-class _LargestNewTensor(TorchDispatchMode):
-    """The number of elements of the largest tensor that torch operations create in the block. Operations that write
-    into tensors that exist (in place, ``out=``, such as the copies back that Triton's interpreter makes after a
-    launch) create none; the kernels' own tiles are NumPy arrays, not torch tensors."""
-
-    def __init__(self):
-        super().__init__()
-        self.numel = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        if not func._schema.is_mutable:
-            for o in tree_flatten(out)[0]:
-                if isinstance(o, _Tensor):
-                    self.numel = max(self.numel, o.numel())
-        return out
+def _backward_mistakes(length: int):
+    """(what is wrong, ``_backward``'s parameters) for each known mistake of backward, without the mask."""
+    yield WITHOUT_D, {"subtract_d": False}
+    yield GRADIENT_NO_SCALE, {"power": 0}
+    yield GRADIENT_SCALE_TWICE, {"power": 2}
+    for tile in [t for t in TILES if t < length]:
+        yield DV_ASSIGNED, {"dv_last": tile}
+        yield DK_ASSIGNED, {"dk_last": tile}
 
 
-def attention_record(function, args, seed: int = 0) -> dict:
-    """What ``function.apply(q, k, v, causal)`` does on float64 copies of ``args``: its output, the gradients its
-    backward returns for a seeded random grad_output, the largest tensor forward and backward each created, the
-    kernel launches of each (``autograder.student.kernels.watch_launches``: tl.dot counts, races), and for a causal
-    call the same launches of a full (non-causal) one, to compare. What the Function raises goes through (in grading,
-    the examinee's reply says it)."""
-    leaves = float64_leaves(args)
-    with watch_launches() as forward_launches, _LargestNewTensor() as forward_largest:
-        output = function.apply(*leaves)
-    grad_output = _draw(output.shape, _Generator().manual_seed(seed), output.dtype, output.device)
-    with watch_launches() as backward_launches, _LargestNewTensor() as backward_largest, _no_grad():
-        returned = output.grad_fn.apply(grad_output)
-    full = []
-    if len(args) > 3 and args[3] is True:
-        with watch_launches() as full_launches:
-            again = function.apply(*float64_leaves(list(args[:3]) + [False] + list(args[4:])))
-            with _no_grad():
-                again.grad_fn.apply(grad_output)
-        full = full_launches.launches
-    returned = returned if isinstance(returned, tuple) else (returned,)
-    return {"output": output.detach(), "grad_output": grad_output, "watched": forward_launches.watching,
-            "returned": [r.detach() if isinstance(r, _Tensor) else None for r in returned],
-            "largest": [forward_largest.numel, backward_largest.numel],
-            "launches": [forward_launches.launches, backward_launches.launches], "full": full}
-
-
-def _gradients(q, k, v, grad_output, causal: bool, power: float = 1.0, subtract_d: bool = True, shift: int = 0,
-               reverse: bool = False, lse_without_max: bool = False):
-    """(dq, dk, dv) of attention as a FlashAttention backward computes them from the right forward (o, lse), with
-    the known mistakes: the final scale applied ``power`` times, D not subtracted, the mask shifted or reversed, P
-    recomputed from a log-sum-exp without the maximum."""
-    q, k, v, grad_output = (t.detach().to(torch.float64) for t in (q, k, v, grad_output))
-    o, lse = attended(q, k, v, causal)
-    scores = _scores(q, k)
-    keep = _keep(q.shape[-2], k.shape[-2], causal, shift, reverse, q.device)
-    if lse_without_max:
-        lse = lse - scores.masked_fill(~_keep(q.shape[-2], k.shape[-2], causal, device=q.device), -math.inf).amax(-1)
-    p = torch.exp(scores - lse[..., None]) * keep
-    dp = grad_output @ v.transpose(-1, -2)
-    d = (grad_output * o).sum(-1, keepdim=True)
-    ds = p * (dp - d) if subtract_d else p * dp
-    factor = q.shape[-1] ** (-0.5 * power)
-    return ds @ k * factor, ds.transpose(-1, -2) @ q * factor, p.transpose(-1, -2) @ grad_output
-
-
-def _gradient_mistakes(q, k, v, grad_output, causal: bool):
-    yield WITHOUT_D, lambda: _gradients(q, k, v, grad_output, causal, subtract_d=False)
-    yield GRADIENT_NO_SCALE, lambda: _gradients(q, k, v, grad_output, causal, power=0)
-    yield GRADIENT_SCALE_TWICE, lambda: _gradients(q, k, v, grad_output, causal, power=2)
-    yield GRADIENT_LSE, lambda: _gradients(q, k, v, grad_output, causal, lse_without_max=True)
-    if causal:
-        yield CAUSAL_DIAGONAL, lambda: _gradients(q, k, v, grad_output, True, shift=-1)
-        yield CAUSAL_ONE_MORE, lambda: _gradients(q, k, v, grad_output, True, shift=1)
-        yield CAUSAL_MISSING, lambda: _gradients(q, k, v, grad_output, False)
-        yield CAUSAL_REVERSED, lambda: _gradients(q, k, v, grad_output, True, reverse=True)
-
-
-def attention_problem(name: str, record: dict, args) -> str | None:
-    """The judgement of an ``attention_record``: the first thing it shows wrong (the whole matrix stored, a race,
-    tl.dot not skipped in a causal run, a known mistake of forward or backward, else where forward's output or a
-    gradient differs from attention's), or None."""
-    q, k, v = args[:3]
-    causal = bool(args[3]) if len(args) > 3 else False
-    length = q.shape[-2]
-    largest = [int(n) for n in record["largest"]]
-    for stage, count in zip(("forward", "backward"), largest):
-        if count >= length * length and count > q.numel():  # (q, k, v, o and the gradients have q.numel() elements)
-            return (f"{name}'s {stage} creates a tensor of {count:,} elements, as many as the {length} x {length} "
-                    f"attention matrix of one head or more: FlashAttention never stores the probabilities. Forward keeps "
-                    f"o and one log-sum-exp per row; backward recomputes P tile by tile from q, k and lse, so memory "
-                    f"grows with the sequence, not with its square")
-    for stage, launches in zip(("forward", "backward"), record["launches"]):
-        for launch in launches:
-            race = launch.get("race")
-            if race:
-                return (f"{name}'s {stage}: two programs of {str(launch['kernel'])[:60]} write element "
-                        f"{int(race['element']):,} of `{str(race['tensor'])[:40]}`, one of them with a plain tl.store "
-                        f"(a race: on a GPU the programs run at the same time, so one's sum is lost; Triton's "
-                        f"interpreter runs them one after another, and the last write wins). Each query's gradient adds "
-                        f"up a term from every key tile: compute dq in a pass of its own, one program per query tile "
-                        f"looping over the key tiles, or add into a zeroed dq with tl.atomic_add")
-    if causal and length >= SKIPS_FROM and record.get("watched") and record.get("full"):
-        causal_dots = sum(int(launch["dots"]) for launches in record["launches"] for launch in launches)
-        full_dots = sum(int(launch["dots"]) for launch in record["full"])
-        if full_dots and causal_dots > SKIPPED_SHARE * full_dots:
-            return (f"{name} runs {causal_dots} tl.dot causal against {full_dots} without the mask: a causal kernel "
-                    f"should skip the key tiles that lie wholly above the diagonal (for query rows from start_m, loop "
-                    f"over keys up to start_m + BLOCK_M only; in the key/value kernel, start at the first query tile "
-                    f"that reaches the key tile), not load them and mask every score")
-    output = record["output"]
-    o, _ = attended(q, k, v, causal)
-    if not (isinstance(output, _Tensor) and output.shape == o.shape):
-        return f"{name}'s forward returns {_described(output)}; attention's output has shape {list(o.shape)}"
-    if not _right(output, o):
-        named = _first_match(output, o, _output_mistakes(q, k, v, causal))
-        return f"{name}'s forward output is wrong: {named}" if named else _difference(f"{name}'s forward output", output, o)
-    got = (list(record["returned"]) + [None] * 3)[:3]
-    right = _gradients(q, k, v, record["grad_output"], causal)
-    for which, g, r in zip("qkv", got, right):
-        if not (isinstance(g, _Tensor) and g.shape == r.shape):
-            return f"{name}'s backward returns {_described(g)} for `{which}`, whose gradient has shape {list(r.shape)}"
-    if all(_right(g, r) for g, r in zip(got, right)):
+def backward_problem(name: str, got, q, k, v, grad_output, causal: bool = False, rtol: float = 1e-5,
+                     atol: float = 1e-5, unmasked=None) -> str | None:
+    """What is wrong with ``got``, the ``(dq, dk, dv)`` a backward launcher returned for attention's own o and lse;
+    None if right. A causal call is judged against ``unmasked``, what it returned without the mask."""
+    want = backward_reference(q, k, v, None, None, grad_output, causal)
+    if not (isinstance(got, (tuple, list)) and len(got) == 3 and all(isinstance(g, _Tensor) for g in got)):
+        return f"{name} should return three tensors, (dq, dk, dv); it returned {type(got).__name__}"
+    for what, g, w in zip(("dq", "dk", "dv"), got, want):
+        if g.shape != w.shape or g.dtype != w.dtype:
+            return f"{name}'s {what} has shape {list(g.shape)} and dtype {g.dtype}, expected {list(w.shape)} and {w.dtype}"
+    if all(bool(_isclose(g, w, rtol=rtol, atol=atol).all()) for g, w in zip(got, want)):
         return None
+    got = tuple(got)
     if any(bool(torch.isnan(g).any()) for g in got):
-        return f"{name}'s backward returns a gradient with {RAGGED_NAN}"
-    for description, result in _gradient_mistakes(q, k, v, record["grad_output"], causal):
-        wrong = result()
-        differs = [i for i, (w, r) in enumerate(zip(wrong, right)) if not _near(w, r)]
-        if differs and all(_near(got[i].to(torch.float64), wrong[i]) for i in differs):
-            return f"{name}'s backward is wrong ({', '.join('d' + 'qkv'[i] for i in differs)}): {description}"
-    which = next(i for i, (g, r) in enumerate(zip(got, right)) if not _right(g, r))
-    return _difference(f"{name}'s backward: the gradient for `{'qkv'[which]}`", got[which], right[which])
+        which = [n for n, g in zip(("dq", "dk", "dv"), got) if bool(torch.isnan(g).any())]
+        return f"{name}'s {' and '.join(which)} hold{'s' if len(which) == 1 else ''} {RAGGED_NAN}"
+    length = q.shape[-2]
+    compute = lambda causal=causal, **p: _backward(q, k, v, grad_output, causal, **p)  # noqa: E731
+    if causal:
+        return _causal_backward_problem(name, got, q, k, v, grad_output, unmasked)
+    right = _backward(q, k, v, grad_output)
+    found = _which(got, right, _backward_mistakes(length), compute)
+    if found:
+        return f"{name}'s {_differing(got, right)} wrong: {found[0]}"
+    implied = _implied_delta(q, k, v, grad_output, got, False)
+    if implied is not None:
+        return _wrong_delta(name, q, k, v, grad_output, implied[0], got, right)
+    problem = kernel_problem(name, list(got), list(want), rtol, atol, outputs=("dq", "dk", "dv"), blocks={"BLOCK_M"})
+    return problem
 
 
-def _right(got, want) -> bool:
-    return bool(_isclose(got.to(torch.float64), want, rtol=VALUE_RTOL, atol=VALUE_ATOL).all())
+def _differing(got, right) -> str:
+    """'dq and dk are' (the gradients of ``got`` that differ from ``right``)."""
+    which = [n for n, g, r in zip(("dq", "dk", "dv"), got, right) if not _near(g, r)]
+    return f"{' and '.join(which)} {'is' if len(which) == 1 else 'are'}"
 
 
-def _described(value) -> str:
-    return f"a tensor of shape {list(value.shape)}" if isinstance(value, _Tensor) else f"a {type(value).__name__}"
+def _wrong_delta(name: str, q, k, v, grad_output, delta, got, right) -> str:
+    o, _ = _forward(q, k, v)
+    d = (grad_output.to(torch.float64) * o).sum(-1)
+    if bool((delta.abs() < 1e-6 * (1 + d.abs())).all()):
+        return f"{name}'s {_differing(got, right)} wrong: {WITHOUT_D}"
+    flat = int((delta - d).abs().argmax())
+    index = [int(i) for i in torch.unravel_index(torch.tensor(flat), d.shape)]
+    return (f"{name}'s {_differing(got, right)} wrong: D is wrong. The gradients are those of dS = P * (dP - D) with a "
+            f"D of {float(delta.flatten()[flat]):.6g} at query row {index} where rowsum(dO * O) is "
+            f"{float(d.flatten()[flat]):.6g}: D is the sum over the row of dO times O, elementwise (the preprocessing "
+            f"kernel: tl.sum(o * do, 1), in float32), one number per query row, dv is right")
 
 
-def _difference(what: str, got, want) -> str:
+def _causal_backward_problem(name: str, got, q, k, v, grad_output, unmasked) -> str | None:
+    """Causal (dq, dk, dv) judged on the mask: against attention's with the mask, done as the unmasked run does it."""
+    length = q.shape[-2]
+    compute = lambda causal=True, **p: _backward(q, k, v, grad_output, causal, **p)  # noqa: E731
+    base = None
+    if unmasked is not None and "result" in unmasked and isinstance(unmasked["result"], (tuple, list)):
+        implied = _implied_delta(q, k, v, grad_output, tuple(unmasked["result"]), False)
+        if implied is not None and not _near(tuple(unmasked["result"]), _backward(q, k, v, grad_output)):
+            base = ("D is wrong", {"delta": "implied"})
+    if base is None:
+        base = _base_mistake(unmasked, _backward(q, k, v, grad_output), _backward_mistakes(length),
+                             lambda **p: _backward(q, k, v, grad_output, False, **p))
+    if base is None:
+        return (f"{name} is wrong without the mask too (causal=False) in a way the checker cannot name, so its causal "
+                f"mask cannot be judged apart from that: make it right without the mask first (Exercise 5)")
+    description, parameters = base
+    if parameters.get("delta") == "implied":
+        if _implied_delta(q, k, v, grad_output, got, True) is not None:
+            return None  # right with the mask, for the D it computes (Exercise 5's mistake)
+        parameters = {}
+    expected = compute(**parameters)
+    if _near(got, expected, *((VALUE_RTOL, VALUE_ATOL * 100) if not description else (MATCH_RTOL, MATCH_ATOL))):
+        return None
+    on_top = f" (and, as without the mask, {description})" if description else ""
+    mistakes = list(_causal_mistakes(length)) + [(KV_LOOP_LATE, {"kv_late": t}) for t in TILES if t < length]
+    for mistake, more in mistakes:
+        wrong = compute(**(parameters | more))
+        if not _near(wrong, expected) and _near(got, wrong):
+            return f"{name}'s {_differing(got, expected)} wrong with causal=True: {mistake}{on_top}"
+    which = next(i for i, (g, e) in enumerate(zip(got, expected)) if not _near(g, e))
+    return _difference(f"{name}'s {'dq dk dv'.split()[which]} with causal=True", got[which], expected[which],
+                       "attention's with the causal mask")
+
+
+def check_attention_backward(function, q, k, v, o, lse, grad_output, causal: bool = False, rtol: float = 1e-5,
+                             atol: float = 1e-5, requires: str | None = None) -> None:
+    """Check that ``function(q, k, v, o, lse, grad_output, causal)`` (an attention backward that launches kernels)
+    returns attention's ``(dq, dk, dv)``, written by its kernels (with ``requires``), with no race, no sequence x
+    sequence tensor and, when causal, the tiles above the diagonal skipped; when wrong, say which known mistake it
+    made (``backward_verdict``)."""
+    __tracebackhide__ = True  # noqa: F841
+    name = getattr(function, "__name__", "your function")
+    with fresh_memory_is_nan():
+        runs = kernel_runs(function, (q, k, v, o, lse, grad_output, causal), strided=False, rows=False, watch=True,
+                           also=_unmasked_backward(q, k, v, grad_output) if causal else None)
+    problem = backward_verdict(name, runs, q, k, v, o, lse, grad_output, causal, rtol, atol, requires)
+    if problem:
+        raise CheckFailure(problem) from None
+    if "error" in runs["given"] and isinstance(runs["given"]["error"], BaseException):
+        raise runs["given"]["error"]
+
+
+def _unmasked_backward(q, k, v, grad_output) -> dict:
+    """The unmasked run of a causal backward check: the same q, k, v and dO with attention's own unmasked o and lse."""
+    o, lse = forward_reference(q, k, v, False)
+    return {UNMASKED: (q, k, v, o, lse, grad_output, False)}
+
+
+def backward_verdict(name: str, runs: dict, q, k, v, o, lse, grad_output, causal: bool = False, rtol: float = 1e-5,
+                     atol: float = 1e-5, requires: str | None = None) -> str | None:
+    """The judgement of ``kernel_runs`` of an attention backward launcher (see the module's docstring)."""
+    given = runs["given"]
+    if "error" in given:
+        text = error_text(given["error"])
+        return kernel_problem(name, None, None, error=text) if _error_hint(text) is not None else None
+    problem = _launches_problem(name, runs, requires, ("dq", "dk", "dv"), q, causal)
+    return problem or backward_problem(name, given["result"], q, k, v, grad_output, causal, rtol, atol,
+                                       unmasked=runs.get(UNMASKED))
+
+
+# --------------------------------------------------------------------------------------------
+# What the kernels did: the contract, memory, races, skipped tiles
+
+
+def _launches_problem(name: str, runs: dict, requires, outputs: tuple, q, causal: bool) -> str | None:
+    """The contract (``requires``), a sequence x sequence tensor made outside the kernels, two programs writing one
+    element, and, when causal, a kernel that runs as many tl.dot as without the mask."""
+    given = runs["given"]
+    record = given.get("record") if isinstance(given.get("record"), dict) else {}
+    if requires:
+        broken = contract_problem(name, record, requires, outputs)
+        if broken:
+            return broken
+    length = q.shape[-2]
+    largest = int(record.get("largest", 0))
+    unmasked = runs.get(UNMASKED) or {}
+    # Memory, and a race the unmasked run has too, are the unmasked exercise's (4 or 5): a causal check judges the mask.
+    raced_there = causal and any(launch.get("race") for launch in unmasked.get("launches") or [])
+    if not causal and largest >= length * length and largest > q.numel():  # (q, k, v, o, gradients: q.numel() each)
+        return (f"{name} creates a tensor of {largest:,} elements, as many as the {length} x {length} attention matrix "
+                f"of one head or more: FlashAttention never stores the probabilities. Forward keeps o and one "
+                f"log-sum-exp per row; backward recomputes P tile by tile from q, k and lse, so memory grows with the "
+                f"sequence, not with its square")
+    for launch in [] if raced_there else given.get("launches") or []:
+        race = launch.get("race")
+        if race:
+            return (f"two programs of {str(launch['kernel'])[:60]} write element {int(race['element']):,} of "
+                    f"`{str(race['tensor'])[:40]}`, one of them with a plain tl.store (a race: on a GPU the programs "
+                    f"run at the same time, so one's sum is lost; Triton's interpreter runs them one after another, "
+                    f"and the last write wins). Each query's gradient adds up a term from every key tile: compute dq "
+                    f"in a pass of its own, one program per query tile looping over the key tiles, or add into a "
+                    f"zeroed dq with tl.atomic_add")
+    if causal and length >= SKIPS_FROM and UNMASKED in runs:
+        skipped = _not_skipped(name, given.get("launches") or [], runs[UNMASKED].get("launches") or [],
+                               kernels_launched(record))
+        return skipped and (f"This exercise requires {requires}, but {skipped}" if requires else skipped)
+    return None
+
+
+def _not_skipped(name: str, causal_launches: list, full_launches: list, traced: list) -> str | None:
+    """The first kernel whose causal run took more than ``SKIPPED_SHARE`` of its unmasked run's tl.dot, or none at
+    all; each kernel's loop named by what it computes (its parameters: ``dq_ptr``, ``dk_ptr``, else forward's)."""
+    if not causal_launches:
+        return f"{name} launches no Triton kernel with causal=True: the causal tiles are skipped in your kernels"
+    for k, (causal, full) in enumerate(zip(causal_launches, full_launches)):
+        kernel, dots, all_dots = str(causal.get("kernel"))[:60], int(causal.get("dots", 0)), int(full.get("dots", 0))
+        if all_dots and dots > SKIPPED_SHARE * all_dots:
+            parameters = {str(p) for p in (traced[k].get("parameters") or [])} if k < len(traced) else set()
+            role = ("query" if "dq_ptr" in parameters else "key/value" if {"dk_ptr", "dv_ptr"} & parameters
+                    else "forward")
+            return (f"{kernel} runs {dots} tl.dot with causal=True against {all_dots} without the mask: a causal kernel "
+                    f"skips the tiles that lie wholly above the diagonal ({NOT_SKIPPED[role]}), it does not load them "
+                    f"and mask every score")
+    return None
+
+
+def _difference(what: str, got, want, whose: str = "attention's (softmax(q k^T / sqrt(d)) v, in float64)") -> str:
     wrong = ~_isclose(got.to(torch.float64), want, rtol=VALUE_RTOL, atol=VALUE_ATOL, equal_nan=True)
     first = tuple(int(i) for i in wrong.nonzero()[0])
-    return (f"{what} differs from attention's (softmax(q k^T / sqrt(d)) v, in float64) at {int(wrong.sum()):,} of "
-            f"{wrong.numel():,} elements, the first at index {list(first)}: {got[first].item():.6g} where "
-            f"{want[first].item():.6g} is right")
-
-
-def check_attention(function, q, k, v, causal: bool = False, seed: int = 0) -> None:
-    """Fail, naming the mistake, if the attention Function ``function`` (``function.apply(q, k, v, causal)``) stores
-    a sequence x sequence tensor, races, runs a causal call without skipping masked tiles, or gives a wrong output
-    or gradient for a seeded random upstream gradient (named when a known mistake gives it: ``attention_problem``).
-    One forward and backward (two when causal): ``check_function`` adds what it checks of any Function."""
-    problem = attention_problem(function.__name__, attention_record(function, (q, k, v, causal), seed), (q, k, v, causal))
-    if problem:
-        raise AssertionError(problem)
+    have, right = got[first].item(), want[first].item()
+    allowed = VALUE_ATOL + VALUE_RTOL * abs(right)
+    return (f"{what} differs from {whose} at {int(wrong.sum()):,} of {wrong.numel():,} elements, the first at index "
+            f"{list(first)}: {have:.6g} where {right:.6g} is right, a difference of {abs(have - right):.3g} where "
+            f"{allowed:.3g} is allowed ({abs(have - right) / allowed:,.0f} times the tolerance)")

@@ -12,8 +12,8 @@ def bias_gelu_forward_kernel(x_ptr, bias_ptr, y_ptr, n_rows, n_columns,
     column_mask = columns < n_columns
     mask = row_mask[:, None] & column_mask[None, :]
     offsets = rows[:, None] * n_columns + columns[None, :]
-    x = tl.load(x_ptr + offsets, mask=mask, other=0.0)
-    b = tl.load(bias_ptr + columns, mask=column_mask, other=0.0)
+    x = at_least_float32(tl.load(x_ptr + offsets, mask=mask, other=0.0))  # float16 in, float32 arithmetic
+    b = at_least_float32(tl.load(bias_ptr + columns, mask=column_mask, other=0.0))
     h = x + b[None, :]
     y = 0.5 * h * (1.0 + tl.erf(h * 0.7071067811865476))
     tl.store(y_ptr + offsets, y.to(y_ptr.dtype.element_ty), mask=mask)
@@ -35,7 +35,7 @@ def bias_gelu_forward_kernel(x_ptr, bias_ptr, y_ptr, n_rows, n_columns,
     r = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)[:, None]
     c = tl.program_id(1) * BLOCK_COLUMNS + tl.arange(0, BLOCK_COLUMNS)[None, :]
     inside = (r < n_rows) & (c < n_columns)
-    h = tl.load(x_ptr + r * n_columns + c, mask=inside) + tl.load(bias_ptr + c, mask=c < n_columns)
+    h = at_least_float32(tl.load(x_ptr + r * n_columns + c, mask=inside)) + at_least_float32(tl.load(bias_ptr + c, mask=c < n_columns))
     cdf = 0.5 * (1 + tl.math.erf(h / 1.4142135623730951))
     tl.store(y_ptr + r * n_columns + c, h * cdf, mask=inside)
 
@@ -63,8 +63,9 @@ def bias_gelu_backward_kernel(x_ptr, bias_ptr, grad_output_ptr, grad_x_ptr, grad
     col_ok = cols < n_columns
     ok = (rows < n_rows)[:, None] & col_ok[None, :]
     idx = rows[:, None] * n_columns + cols[None, :]
-    h = tl.load(x_ptr + idx, mask=ok, other=0.0) + tl.load(bias_ptr + cols, mask=col_ok, other=0.0)[None, :]
-    g = tl.load(grad_output_ptr + idx, mask=ok, other=0.0)
+    h = (at_least_float32(tl.load(x_ptr + idx, mask=ok, other=0.0))
+         + at_least_float32(tl.load(bias_ptr + cols, mask=col_ok, other=0.0))[None, :])
+    g = at_least_float32(tl.load(grad_output_ptr + idx, mask=ok, other=0.0))
     phi = tl.exp(-0.5 * h * h) * 0.3989422804014327
     Phi = 0.5 * (1.0 + tl.erf(h * 0.7071067811865476))
     grad_h = g * (Phi + h * phi)
@@ -188,7 +189,7 @@ def bias_gelu_backward_op(x: torch.Tensor, bias: torch.Tensor,
 
 @bias_gelu_backward_op.register_fake
 def _(x, bias, grad_output):
-    return torch.empty_like(x), torch.empty_like(bias)
+    return x.new_empty(x.shape), bias.new_empty(bias.shape)  # the launchers return contiguous tensors
 
 
 def bias_gelu_setup_context(ctx, inputs, output):
@@ -213,7 +214,7 @@ def bias_gelu_op(x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
 
 @torch.library.register_fake("course::bias_gelu")
 def _bias_gelu_fake(x, bias):
-    return torch.empty_like(x)
+    return torch.empty(x.shape, dtype=x.dtype, device=x.device)
 
 
 @torch.library.custom_op("course::bias_gelu_backward", mutates_args=())
@@ -223,7 +224,7 @@ def bias_gelu_backward_op(x: torch.Tensor, bias: torch.Tensor, grad_output: torc
 
 @torch.library.register_fake("course::bias_gelu_backward")
 def _bias_gelu_backward_fake(x, bias, grad_output):
-    return torch.empty_like(x), torch.empty_like(bias)
+    return torch.empty(x.shape, dtype=x.dtype, device=x.device), torch.empty_like(bias)
 
 
 def bias_gelu_setup_context(ctx, inputs, output):

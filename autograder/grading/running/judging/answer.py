@@ -30,13 +30,13 @@ from autograder.grading.running.judging.autograd_use import Watch, graph_nodes
 from autograder.grading.running.messages.wire import Unsupported, decode, encode
 from autograder.student.checker import diagnoses
 from autograder.student.checker.built_on import substituted
-from autograder.student.checker.attention import attention_record
 from autograder.student.checker.callables import argument_names, graph_names
 from autograder.student.checker.devices import device_record
 from autograder.student.checker.harness import as_data
-from autograder.student.checker.kernels import error_text, kernel_runs
+from autograder.student.checker.kernels import backward_of, error_text, kernel_runs
 from autograder.student.checker.messages import NOT_DONE, _student_line, not_done
 from autograder.student.checker.overwrites import overwritten, second_backward, watch
+from autograder.student.checker.pieces import replaced
 from autograder.student.checker.references import _autograd_grad, _enable_grad, _Function, _Module, _Tensor, _zeros_like
 from autograder.student.checker.saved import saved_record
 from autograder.student.checker.transforms import KINDS, fresh, run_transform
@@ -47,8 +47,7 @@ _DIAGNOSES = {"backward": lambda f, args, seed: diagnoses.backward_record(f, arg
               "finite": lambda f, args, seed: diagnoses.finite_record(f, args),
               "size": lambda f, args, seed: {"largest": diagnoses.largest_tensor_in_backward(f, *args)},
               "dtype": lambda f, args, seed: diagnoses.dtype_record(f, args),
-              "device": lambda f, args, seed: device_record(f, args),
-              "attention": lambda f, args, seed: attention_record(f, args, seed)}
+              "device": lambda f, args, seed: device_record(f, args)}
 
 
 def answer(request: dict, namespace: dict, harnesses: dict | None = None) -> dict:
@@ -57,6 +56,15 @@ def answer(request: dict, namespace: dict, harnesses: dict | None = None) -> dic
     ``namespace`` holds the student's objects; ``harnesses`` the instructor's functions ``check_with``
     runs them with (the same namespace when not given). A request with ``built_on`` is answered with the
     student's Functions it names changed in known ways (``autograder.student.checker.built_on``)."""
+    pieces = request.get("pieces") if isinstance(request, dict) else None
+    if pieces is not None:  # the course's pieces in place of the student's launchers (checker.pieces.on_pieces)
+        called: set = set()
+        try:
+            with replaced(namespace, [str(n) for n in list(pieces)[:8]], called):
+                reply = answer({k: v for k, v in request.items() if k != "pieces"}, namespace, harnesses)
+        except ValueError as error:
+            return {"error": f"could not be checked: {error}"}
+        return dict(reply, pieces_called=sorted(called)) if isinstance(reply, dict) else reply
     order = request.get("built_on") if isinstance(request, dict) else None
     if order is None:
         return _answer(request, namespace, harnesses)
@@ -78,6 +86,8 @@ def _answer(request: dict, namespace: dict, harnesses: dict | None, _audit=sys.a
     """``answer`` itself, with the student's Functions as they are."""
     stage = None  # "forward" or "backward" while the student's Function runs, as check_function says it
     try:
+        if request["kind"] == "kernel" and request.get("backward"):
+            return _answer_backward_kernel(namespace.get(request["target"]), request)
         run = _target(request, namespace)
         if isinstance(run, str):
             return {"error": run}
@@ -86,7 +96,9 @@ def _answer(request: dict, namespace: dict, harnesses: dict | None, _audit=sys.a
         if request["kind"] in ("values", "with"):
             return _answer_data(run, request, namespace if harnesses is None else harnesses)
         if request["kind"] == "kernel":
-            return _answer_kernel(run, [decode(a) for a in request["args"]], request.get("strided") is not False)
+            also = {str(k): [decode(a) for a in v] for k, v in dict(request.get("also") or {}).items()}
+            return _answer_kernel(run, [decode(a) for a in request["args"]], request.get("strided") is not False,
+                                  request.get("rows") is not False, also, request.get("watch") is True)
         if request["kind"] == "saved":
             return _answer_saved(namespace[request["target"]], [decode(a) for a in request["args"]], request["grad"],
                                  bool(request["inplace"]), request.get("swap"))
@@ -205,21 +217,36 @@ def _answer_data(run, request: dict, harnesses: dict, _audit=sys.audit, _checkpo
         return {"error": f"TypeError: the result is a {type(result).__name__}, not plain data"}
 
 
-def _answer_kernel(run, args: list, strided: bool, _audit=sys.audit, _checkpoint=CHECKPOINT) -> dict:
+def _answer_kernel(run, args: list, strided: bool, rows: bool = True, also: dict | None = None, watch: bool = False,
+                   _audit=sys.audit, _checkpoint=CHECKPOINT) -> dict:
     """check_kernel's runs of the student's launcher (``checker.kernels.kernel_runs``), as data: each a result or
-    an error's text."""
+    an error's text, the run on the arguments as given with its trace (``checker.launches``: the kernels launched,
+    what they wrote, the torch operations outside them)."""
     runs = {}
-    done = kernel_runs(run, args, strided)
+    done = kernel_runs(run, args, strided, rows, also, watch)
     _audit(_checkpoint)
     for key, outcome in done.items():
         if "error" in outcome:
             runs[key] = {"error": error_text(outcome["error"])}
-            continue
-        try:
-            runs[key] = {"result": encode(outcome["result"])}
-        except Unsupported:
-            runs[key] = {"error": f"TypeError: the result is a {type(outcome['result']).__name__}, not plain data"}
+        else:
+            try:
+                runs[key] = {"result": encode(outcome["result"])}
+            except Unsupported:
+                runs[key] = {"error": f"TypeError: the result is a {type(outcome['result']).__name__}, not plain data"}
+        for part in ("record", "launches"):
+            if part in outcome:
+                runs[key][part] = encode(outcome[part])
     return {"error": None, "runs": runs}
+
+
+def _answer_backward_kernel(function, request: dict) -> dict:
+    """check_backward_kernel's run: the student's Function's backward, traced (``checker.kernels.backward_of``)."""
+    if not (isinstance(function, type) and issubclass(function, _Function)):
+        return {"error": f"NameError: no torch.autograd.Function named {request['target']} in your notebook"}
+    if _not_genuine(function):
+        return {"error": _not_genuine(function)}
+    return _answer_kernel(backward_of(function, int(request["backward"])), [decode(a) for a in request["args"]],
+                          False, False)
 
 
 def _answer_transform(run, args: list, transform: dict, _audit=sys.audit, _checkpoint=CHECKPOINT) -> dict:

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import types
 
+from autograder.grading.running.judging.kernel_judges import KernelJudges
 from autograder.grading.running.judging.replies import (as_found, autograd_problem, input_names, plain, raw_gradients,
-                                                        run_outcome, unanswered)
+                                                        unanswered)
 from autograder.grading.running.messages.wire import Unsupported, decode, encode
 
 JUDGES = ("check_function", "check_forward", "check_callable", "check_built_on", "check_saved", "check_values",
           "check_with", "explain_known_mistakes", "explain_non_finite", "check_backward_size", "check_keeps_dtype",
-          "check_device", "check_kernel", "check_attention_forward", "check_attention")
+          "check_device", "check_kernel", "check_backward_kernel", "check_attention_forward", "check_attention_backward",
+          "on_pieces")
 TRANSFORMS = ("vmap", "forward_ad", "double_backward", "compile", "mutates")  # judged from both sides' results
 ALLOWED = {"autograd_in_backward"}  # a permission: backward may call autograd (gradient checkpointing)
 
@@ -67,10 +69,15 @@ class _Unavailable:
 UNAVAILABLE = _Unavailable()
 
 
-class Judges:
+class Judges(KernelJudges):
     """The checks a test cell may call; they queue ``(request, compare)`` pairs on ``self.pending``."""
 
     pending: list
+
+    @staticmethod
+    def _is_student(function) -> bool:
+        """Whether ``function`` is one of the student's names (only those may be checked)."""
+        return isinstance(function, StudentObject)
 
     def check_function(self, function, reference, *args, rtol: float = 1e-6, atol: float = 1e-8,
                        inplace: bool = False, constants: tuple = (), **options) -> None:
@@ -177,50 +184,6 @@ class Judges:
         if not isinstance(harness, types.FunctionType) or harness.__name__ == "<lambda>":
             raise Unsupported("check_with needs a harness the notebook's visible cells define by name")
         self._judge_data(harness, function, reference, args, rtol, atol)
-
-    def check_kernel(self, function, reference, *args, rtol: float = 1e-5, atol: float = 1e-5,
-                     strided: bool = True) -> None:
-        """What the test's ``check_kernel`` call decides (assignment 10): a kernel launcher's results on the
-        arguments, on non-contiguous copies and on their first row (``checker.kernels.kernel_runs``, made in the
-        student's process), explained here in a kernel's terms (a forgotten tail, a wrong row stride, ...)."""
-        from autograder.student.checker.kernels import kernel_problem, kernel_verdict
-
-        if not isinstance(function, StudentObject):
-            raise Unsupported("not a check of the student's function")
-        request = {"target": function.name, "kind": "kernel", "args": [encode(a) for a in args],
-                   "grad": [False] * len(args), "inplace": False, "upstream": None, "strided": bool(strided)}
-
-        def compare(reply) -> str | None:
-            if not (isinstance(reply, dict) and reply.get("error") is None and isinstance(reply.get("runs"), dict)):
-                return as_found(function.name, unanswered(reply) or "could not be checked: a malformed answer")
-            try:
-                runs = {str(key): run_outcome(run) for key, run in list(reply["runs"].items())[:16]}
-                runs["given"]
-            except (KeyError, TypeError, ValueError) as error:
-                return as_found(function.name, f"could not be checked: a malformed answer ({error})")
-            problem = kernel_verdict(function.name, runs, reference, args, rtol, atol)
-            if problem is None and "error" in runs["given"]:
-                problem = kernel_problem(function.name, None, None, error=runs["given"]["error"])
-            return problem and as_found(function.name, problem, named=True)
-
-        self.pending.append((request, compare))
-
-    def check_attention_forward(self, function, q, k, v, causal: bool = False, rtol: float = 1e-5,
-                                atol: float = 1e-5) -> None:
-        """What the test's ``check_attention_forward`` decides (assignment 11): an attention launcher's ``(o, lse)``,
-        asked as ``check_values`` asks them, and a wrong one named (``checker.attention.forward_problem``)."""
-        from autograder.student.checker.attention import forward_problem, forward_reference
-
-        self._judge_data(None, function, forward_reference, (q, k, v, causal), rtol, atol, explain=lambda got, want, error=None:
-                         forward_problem(function.name, got, q, k, v, causal, rtol, atol, error))
-
-    def check_attention(self, function, q, k, v, causal: bool = False, seed: int = 0) -> None:
-        """What the test's ``check_attention`` decides (assignment 11): from the examinee's record of the Function's
-        forward and backward (largest tensors, races, tl.dot counts, values), judged here (``attention_problem``)."""
-        from autograder.student.checker.attention import attention_problem
-
-        self._diagnose(function, "attention", (q, k, v, causal), seed, lambda record: attention_problem(
-            function.name, record, (q, k, v, causal)))
 
     def _judge_data(self, harness, function, reference, args, rtol, atol, explain=None) -> None:
         from autograder.student.checker.harness import _copies, as_data, same_data, short, with_message

@@ -67,8 +67,10 @@ WATCHED_NAMES = {"torch": "torch", "nn": "torch.nn", "check_function": "autograd
                  "check_with": "autograder.check_with", "check_device": "autograder.check_device",
                  "check_kernel": "autograder.check_kernel", "check_custom_op": "autograder.check_custom_op",
                  "check_built_on": "autograder.check_built_on",
-                 "check_attention": "autograder.student.checker.attention.check_attention",
+                 "check_attention_backward": "autograder.student.checker.attention.check_attention_backward",
                  "check_attention_forward": "autograder.student.checker.attention.check_attention_forward",
+                 "check_backward_kernel": "autograder.student.checker.kernels.check_backward_kernel",
+                 "on_pieces": "autograder.student.checker.pieces.on_pieces",
                  "autograder": "autograder", "__builtins__": "builtins"}
 # Builtins that tests use to check answers: a notebook may not define functions by these names.
 WATCHED_BUILTINS = ["isinstance", "issubclass", "len", "type", "hasattr", "callable", "bool"]
