@@ -254,7 +254,7 @@ def test_make_check_reports_failing_tests_without_makes_error_line(dist, tmp_pat
                                                        ("11_flash_attention", "27 / 27", 8)])
 def test_check_of_the_triton_kernels_runs_in_the_distribution(dist, tmp_path, assignment, score, passed):
     """10's and 11's kernels run in the distribution's grader too: Triton's interpreter, the memory guard,
-    check_kernel, 11's check_attention."""
+    check_kernel, 11's check_attention_forward and check_attention_backward."""
     mine = tmp_path / f"{assignment}.ipynb"
     mine.write_text(json.dumps(filled_release(REPO, assignment, solution_answers(REPO, assignment))))
     right = _in_dist(dist, "-m", "autograder", "check", str(mine))
