@@ -42,6 +42,7 @@ import tempfile
 import time
 import types
 import warnings
+from collections import Counter
 
 from autograder.grading.running.confinement import audit, lifetime, one_thread, processes
 
@@ -55,6 +56,8 @@ from autograder.grading.running.confinement.sandbox import UID_BASE
 ONLY_ANSWER_CELLS = ("the grader runs only the notebook's given cells and your answer cells, in order, so "
                      "whatever an answer uses must be defined in its answer cell")
 ANSWER_BYTES = 64 * 1024**2
+SELF_CHECKS_APART = ("the grader runs your answer cells with autograd watched: a check you run yourself, such as a "
+                     "training step, belongs in a cell of its own")
 
 
 # ----------------------------------------------------------------------------------------
@@ -225,10 +228,13 @@ class Answers:
         # The answering code, bound before any answer runs (here, not on import: the grader's own process
         # imports this module and must not import torch).
         from autograder.grading.running.judging.answer import answer
+        from autograder.grading.running.judging.autograd_use import Watch
 
         # Without the audit hook, which refuses replacing a function's code or defaults as it happens, the guard
         # compares them after each answer cell (~2,000 audit events a comparison, where a hook sees them).
         self._answer, self.refusals, self.functions = answer, refusals or list, refusals is None
+        self._watch, self._no_nodes = Watch, Counter()
+        self.autograd_in_cells: list[str] = []  # what autograd ran while the answer cells ran, cell by cell
         self.given, self.answers = _namespace("autograder_examinee_given"), _namespace("autograder_examinee_answers")
         self.missing: dict[str, str] = {}  # a name the solution defines -> why the answers do not define it
         self.refused: set[str] = set()  # the names of answer cells the scan refused: said even where the cell failed
@@ -243,9 +249,11 @@ class Answers:
                 _run_whole(step["source"], self.given, limit)
                 self.answers.update({k: v for k, v in self.given.items()
                                      if not k.startswith("__") and self.answers.get(k) is not v})
+                _set_aside_self_checks(self.answers)
             elif step["kind"] == "given":
                 for namespace in (self.given, self.answers):
                     _run_definitions(step["source"], namespace, limit)
+                _set_aside_self_checks(self.answers)
             elif step["kind"] == "test":
                 _run_definitions(step["source"], self.given, limit)
             else:
@@ -256,9 +264,11 @@ class Answers:
     def _run_answer(self, step: dict, limit: float) -> None:
         why = step["why"]
         if why is None:
+            watch = self._watch()  # what autograd runs while the cell runs: an exercise may forbid any (``requires``)
             try:
                 signal.setitimer(signal.ITIMER_REAL, limit)
-                exec(_compiled(step["source"], f"<answer {step['grade_id']}>"), self.answers)
+                with watch:
+                    exec(_compiled(step["source"], f"<answer {step['grade_id']}>"), self.answers)
             except CellTimeout:
                 why = f"your answer cell '{step['grade_id']}' ran past the {limit:g} s limit when the grader ran it"
             except BaseException as error:  # noqa: BLE001 (its error is the student's, said in each check)
@@ -266,6 +276,10 @@ class Answers:
                        f"{type(error).__name__}: {str(error)[:300]}" + _hint(error))
             finally:
                 signal.setitimer(signal.ITIMER_REAL, 0)
+            ran = watch.found(self._no_nodes) if hasattr(watch, "profile") else None
+            if ran:
+                self.autograd_in_cells.append(f"when the grader ran your answer cell '{step['grade_id']}', {ran} "
+                                              f"({SELF_CHECKS_APART})")
             done = self.refusals()
             if done:  # whatever the cell defined is not used: a check of it could not see all it does
                 why = f"your answer cell '{step['grade_id']}' {done[0]} when the grader ran it: {audit.WHY} (refused)"
@@ -310,6 +324,8 @@ class Answers:
                 reply = {"error": audit.message(done[0])}
             if str(reply.get("error")).startswith("NameError") and target not in self.missing:
                 reply["error"] += f" ({ONLY_ANSWER_CELLS})"
+            if request.get("autograd_cells") is True:  # (an exercise that forbids autograd: what its cells ran)
+                reply["autograd_in_cells"] = self.autograd_in_cells[0] if self.autograd_in_cells else None
             replies.append(reply)
             self._check()  # before the reply goes back, and after the batch
         self._check()
@@ -318,6 +334,29 @@ class Answers:
             replies = [{"error": f"tampering found: {shown} {'was' if len(self.tampered) == 1 else 'were'} changed "
                                  f"while the grader ran your answers (restored); no check of them counts"}] * len(replies)
         return replies
+
+
+def _set_aside_self_checks(namespace: dict) -> None:
+    """The checks the given cells import for the student's own use (``check_function``, ``gradcheck``), as the answer
+    cells see them here: they do nothing (``gradcheck`` passes). A self-check in an answer cell decides nothing (the
+    referee's checks do), and what it runs would be autograd seen while the answer cells ran (``requires``)."""
+    import autograder
+    import torch
+
+    checks = {id(getattr(autograder, name)): name for name in autograder.__all__ if name.startswith("check_")}
+    checks.update({id(torch.autograd.gradcheck): "gradcheck", id(torch.autograd.gradgradcheck): "gradgradcheck"})
+    for key, value in list(namespace.items()):
+        if id(value) in checks:
+            namespace[key] = _set_aside(checks[id(value)])
+
+
+def _set_aside(name: str):
+    def check(*args, **kwargs):
+        return True if name.endswith("gradcheck") else None
+
+    check.__name__ = check.__qualname__ = name
+    check.__doc__ = "The grader runs no self-check in an answer cell: the referee's checks decide."
+    return check
 
 
 def _namespace(name: str) -> dict:

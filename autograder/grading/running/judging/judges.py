@@ -17,7 +17,7 @@ from autograder.grading.running.messages.wire import Unsupported, decode, encode
 
 JUDGES = ("check_function", "check_forward", "check_callable", "check_built_on", "check_saved", "check_values",
           "check_with", "explain_known_mistakes", "explain_non_finite", "check_backward_size", "check_keeps_dtype",
-          "check_device", "check_kernel", "check_attention_forward", "check_attention")
+          "check_device", "check_kernel", "check_attention_forward", "check_attention", "requires")
 TRANSFORMS = ("vmap", "forward_ad", "double_backward", "compile", "mutates")  # judged from both sides' results
 ALLOWED = {"autograd_in_backward"}  # a permission: backward may call autograd (gradient checkpointing)
 
@@ -38,6 +38,26 @@ class StudentObject:
 
     def __repr__(self) -> str:
         return f"<the student's {self.name}>"
+
+
+def _contract_autograd(name: str, contract, request: dict, reply) -> str | None:
+    """What the examinee saw of autograd that ``contract`` (``autograd=False``) forbids: while it ran the answer cells,
+    or while this check ran ``name``; None where it saw none (or the reply holds no answer: the check says why)."""
+    if contract.autograd or not isinstance(reply, dict):
+        return None
+    answered = reply.get("error") is None
+    cells = reply.get("autograd_in_cells", "no record of it came back" if answered else None)
+    if cells:
+        return _printable(cells)
+    if not (answered and request.get("forbid_autograd")):
+        return None
+    used = reply.get("autograd_in_backward", "no record of it came back")
+    return used and f"when the grader's check ran {name}, {_printable(used)}"
+
+
+def _printable(text, size: int = 500) -> str:
+    """A string of the examinee's, printable and at most ``size`` characters, for a message."""
+    return "".join(c for c in str(text)[:size] if c.isprintable())
 
 
 class _Unavailable:
@@ -68,9 +88,66 @@ UNAVAILABLE = _Unavailable()
 
 
 class Judges:
-    """The checks a test cell may call; they queue ``(request, compare)`` pairs on ``self.pending``."""
+    """The checks a test cell may call; they queue ``(request, compare)`` pairs on ``self.pending``, judged by the
+    requirement stated for their object (``requires``) where there is one."""
 
     pending: list
+    contracts: dict  # the student's name -> its exercise's Contract (autograder.student.checker.contracts)
+
+    def requires(self, objects, requirement, autograd: bool = True, exact: bool = False) -> None:
+        """What the test's ``requires`` states: the exercise's requirement, which every later check of ``objects``
+        (the student's object, or a tuple of them) is judged by too (``_queue``)."""
+        from autograder.student.checker.contracts import contracts_of
+
+        named = list(objects) if isinstance(objects, (tuple, list)) else [objects]
+        if not all(isinstance(o, StudentObject) for o in named):
+            raise Unsupported("not a requirement of the student's objects")
+        self.contracts.update(contracts_of([o.name for o in named], requirement, autograd, exact))
+
+    def _queue(self, function, request: dict, compare, exact: tuple | None = None) -> None:
+        """Queue ``(request, compare)``, judged by the requirement stated for ``function`` too: with
+        ``autograd=False`` the examinee watches the answer cells and this run for autograd (a harness's run, which
+        may use autograd itself, only the cells); with ``exact=True`` and ``exact`` given, (reference, leaves, grad,
+        upstream), the gradients must equal torch's to rounding (``contracts.inexact``)."""
+        contract = self.contracts.get(function.name) if isinstance(function, StudentObject) else None
+        if contract is None:
+            self.pending.append((request, compare))
+            return
+        import torch
+
+        from autograder.student.checker.contracts import broken, inexact, inexact_message, rounding_noise
+
+        if not contract.autograd:
+            request["autograd_cells"] = True
+            if request["kind"] != "with":
+                request["forbid_autograd"] = True
+        measured = None
+        if contract.exact and exact is not None and any(u is not None for u in exact[3]):
+            reference, leaves, grad, upstream = exact
+            from autograder.student.checker.contracts import reference_gradients
+
+            measured = (grad, reference_gradients(reference, leaves, grad, upstream),
+                        rounding_noise(reference, leaves, grad, upstream))
+
+        def judged(reply) -> str | None:
+            said = _contract_autograd(function.name, contract, request, reply)
+            if said:
+                return as_found(function.name, broken(contract.requirement, said), named=True)
+            problem = compare(reply)
+            if problem is None and measured is not None:
+                grad, want, noise = measured
+                try:
+                    got = [decode(g) for g, wanted in zip(reply["grads"], grad) if wanted]
+                except (KeyError, TypeError, ValueError, AttributeError) as error:
+                    return as_found(function.name, f"could not be checked: a malformed answer ({type(error).__name__})")
+                found = inexact([g if isinstance(g, torch.Tensor) else torch.zeros_like(w) for g, w in zip(got, want)],
+                                want, noise, [u for u in exact[3] if u is not None],
+                                [a for a in exact[1] if isinstance(a, torch.Tensor) and a.is_floating_point()])
+                if found:
+                    problem = as_found(function.name, broken(contract.requirement, inexact_message(*found)), named=True)
+            return problem
+
+        self.pending.append((request, judged))
 
     def check_function(self, function, reference, *args, rtol: float = 1e-6, atol: float = 1e-8,
                        inplace: bool = False, constants: tuple = (), **options) -> None:
@@ -93,27 +170,31 @@ class Judges:
                        atol: float | None = None) -> None:
         """What the test's ``check_built_on`` decides (``autograder.student.checker.built_on``): the student's object
         (or the ``harness`` run with it) matches ``reference`` built on stand-ins of the pieces ``on`` names, and still
-        does with the student's pieces changed in the examinee and the stand-ins changed the same way here."""
+        does with the student's pieces replaced in the examinee by another function of the same inputs (its values
+        and gradients, then its gradients alone) and the stand-ins replaced alike here."""
         import torch
 
-        from autograder.student.checker.built_on import follows_problem, stand_in
+        from autograder.student.checker.built_on import CHANGES, follows_problem, stand_in
 
         if not (isinstance(on, dict) and on and all(isinstance(n, str) and n.isidentifier() for n in on)):
             raise Unsupported("check_built_on needs on={the Function's name: its reference}")
         names, seed = list(on), int(torch.randint(0, 2**31 - 1, ()))
-        for changed in (None, seed):
-            built = reference(*[stand_in(n, piece, changed).apply for n, piece in on.items()])
+        contract = self.contracts.get(function.name) if isinstance(function, StudentObject) else None
+        requirement = contract.requirement if contract is not None else None
+        for change in (None, *((kind, seed) for kind in CHANGES)):
+            built = reference(*[stand_in(n, piece, change).apply for n, piece in on.items()])
             if harness is not None:
                 self.check_with(harness, function, built, *args, rtol=1e-9 if rtol is None else rtol,
                                 atol=0.0 if atol is None else atol)
             else:
                 self._judge(function, built, args, 1e-6 if rtol is None else rtol, 1e-8 if atol is None else atol,
-                            False, (), {}, backward=True, kind="call", uses=tuple(names) if changed is None else ())
-            if changed is not None:  # the examinee answers with the student's pieces changed as the stand-ins are
+                            False, (), {}, backward=True, kind="call", uses=tuple(names) if change is None else ())
+            if change is not None:  # the examinee answers with the student's pieces changed as the stand-ins are
                 request, compare = self.pending.pop()
-                request["built_on"] = {"pieces": names, "seed": changed}
-                self.pending.append((request, lambda reply, compare=compare: (
-                    lambda found: found and follows_problem(function.name, names, found))(compare(reply))))
+                request["built_on"] = {"pieces": names, "kind": change[0], "seed": change[1]}
+                self.pending.append((request, lambda reply, compare=compare, kind=change[0]: (
+                    lambda found: found and follows_problem(function.name, names, found, kind, requirement))(
+                        compare(reply))))
 
     def check_saved(self, function, reference, *args, saves=None, max_saved: int | None = None,
                     inplace: bool = False, rtol: float = 1e-6, atol: float = 1e-8) -> None:
@@ -251,7 +332,7 @@ class Judges:
             return as_found(function.name, f"{function.name}{tuple(short(a) for a in args)} gives {short(got)}, "
                                          f"expected {short(want)}", named=True)
 
-        self.pending.append((request, compare))
+        self._queue(function, request, compare)
 
     def explain_known_mistakes(self, function, args, mistakes, seed=0) -> None:
         """What the test's ``explain_known_mistakes`` finds: which known wrong derivation backward returns, if any."""
@@ -381,7 +462,7 @@ class Judges:
                                                                  names), named=True)
             return problem and as_found(function.name, problem)
 
-        self.pending.append((request, compare))
+        self._queue(function, request, compare, exact=(reference, leaves, grad, upstream) if backward else None)
 
     @staticmethod
     def _compare(leaves, grad, expected, upstream, reply, rtol, atol, who) -> str | None:
