@@ -127,12 +127,15 @@ def inexact(got: list, want: list, noise: list, upstream: list, inputs: list) ->
              and g.shape == w.shape and w.numel()]
     if not pairs:
         return None
-    largest = lambda tensors: max((float(t.abs().max()) for t in tensors if isinstance(t, _Tensor) and t.numel()),  # noqa: E731
-                                  default=0.0)
-    size = max(largest([w for _, w in pairs]), largest(upstream) * max(1.0, largest(inputs)))
+    size = max(_largest([w for _, w in pairs]), _largest(upstream) * max(1.0, _largest(inputs)))
     off = max(float((g - w).abs().max()) for g, w in pairs)
-    allowed = max(FLOOR * ROUNDING * size, NOISE * largest(noise))
+    allowed = max(FLOOR * ROUNDING * size, NOISE * _largest(noise))
     return (off, allowed) if off > allowed else None
+
+
+def _largest(tensors: list) -> float:
+    """The largest magnitude among ``tensors``' elements (0 for none)."""
+    return max((float(t.detach().abs().max()) for t in tensors if isinstance(t, _Tensor) and t.numel()), default=0.0)
 
 
 def inexact_message(off: float, allowed: float) -> str:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import torch
 
+from autograder.student.checker.contracts import broken, requirement_of
 from autograder.student.checker.kept import ForwardWatch, kept_places
 from autograder.student.checker.references import (
     _as_float64, _as_tuple, _autograd_grad, CheckFailure, _close, _enable_grad, _equal, _is_float_tensor, _randn,
@@ -221,4 +222,4 @@ def check_saved(function, reference, *args, saves=None, max_saved: int | None = 
     problem = (saved_problem(name, record["saved"], record["kept"], expected, max_saved, largest, rtol, atol)
                or (plan and swap_problem(name, record["swap"], plan, record["names"], rtol, atol)))
     if problem:
-        raise CheckFailure(problem)
+        raise CheckFailure(broken(requirement_of(function), problem))

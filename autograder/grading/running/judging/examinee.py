@@ -234,7 +234,8 @@ class Answers:
         # compares them after each answer cell (~2,000 audit events a comparison, where a hook sees them).
         self._answer, self.refusals, self.functions = answer, refusals or list, refusals is None
         self._watch, self._no_nodes = Watch, Counter()
-        self.autograd_in_cells: list[str] = []  # what autograd ran while the answer cells ran, cell by cell
+        self.autograd_in_cells: dict[str, str] = {}  # an answer cell's grade id -> what autograd ran while it ran
+        self.cells_of: dict[str, set] = _cells_of(steps)  # a name an answer cell defines -> the cells it shares state with
         self.given, self.answers = _namespace("autograder_examinee_given"), _namespace("autograder_examinee_answers")
         self.missing: dict[str, str] = {}  # a name the solution defines -> why the answers do not define it
         self.refused: set[str] = set()  # the names of answer cells the scan refused: said even where the cell failed
@@ -278,8 +279,8 @@ class Answers:
                 signal.setitimer(signal.ITIMER_REAL, 0)
             ran = watch.found(self._no_nodes) if hasattr(watch, "profile") else None
             if ran:
-                self.autograd_in_cells.append(f"when the grader ran your answer cell '{step['grade_id']}', {ran} "
-                                              f"({SELF_CHECKS_APART})")
+                self.autograd_in_cells[step["grade_id"]] = (f"when the grader ran your answer cell '{step['grade_id']}', "
+                                                            f"{ran} ({SELF_CHECKS_APART})")
             done = self.refusals()
             if done:  # whatever the cell defined is not used: a check of it could not see all it does
                 why = f"your answer cell '{step['grade_id']}' {done[0]} when the grader ran it: {audit.WHY} (refused)"
@@ -325,7 +326,8 @@ class Answers:
             if str(reply.get("error")).startswith("NameError") and target not in self.missing:
                 reply["error"] += f" ({ONLY_ANSWER_CELLS})"
             if request.get("autograd_cells") is True:  # (an exercise that forbids autograd: what its cells ran)
-                reply["autograd_in_cells"] = self.autograd_in_cells[0] if self.autograd_in_cells else None
+                reply["autograd_in_cells"] = next((self.autograd_in_cells[cell] for cell in self.cells_of.get(target, ())
+                                                   if cell in self.autograd_in_cells), None)
             replies.append(reply)
             self._check()  # before the reply goes back, and after the batch
         self._check()
@@ -334,6 +336,63 @@ class Answers:
             replies = [{"error": f"tampering found: {shown} {'was' if len(self.tampered) == 1 else 'were'} changed "
                                  f"while the grader ran your answers (restored); no check of them counts"}] * len(replies)
         return replies
+
+
+def _cells_of(steps: list[dict]) -> dict[str, list]:
+    """For each name an answer cell defines, the answer cells (grade ids, in order) that share state with its cell:
+    two cells share state where one uses or binds a global name the other binds (not an import: a module or a
+    function imported is no one's state), and the sharing is followed from cell to cell. Autograd run by a cell
+    outside that group cannot reach what the name computes; run by one inside it, it can."""
+    cells = [s for s in steps if s["kind"] in ("answer", "given") and s.get("source")]
+    names = [_global_names(s["source"]) for s in cells]
+    imported = set().union(*(found[2] for found in names)) if names else set()
+    group = list(range(len(cells)))
+
+    def root(i: int) -> int:
+        while group[i] != i:
+            group[i] = group[group[i]]
+            i = group[i]
+        return i
+
+    by_name: dict[str, list[int]] = {}
+    for i, (binds, uses, _) in enumerate(names):
+        for name in (binds | uses) - imported:
+            by_name.setdefault(name, []).append(i)
+    for name, where in by_name.items():
+        if any(name in names[i][0] for i in where):  # (a name that no cell binds is a builtin, or missing)
+            for i in where[1:]:
+                group[root(i)] = root(where[0])
+    found: dict[str, list] = {}
+    for i, step in enumerate(cells):
+        if step["kind"] == "answer":
+            together = [c["grade_id"] for j, c in enumerate(cells) if c["kind"] == "answer" and root(j) == root(i)]
+            found.update({name: together for name in step["names"]})
+    return found
+
+
+def _global_names(source: str) -> tuple[set, set, set]:
+    """(the global names a cell binds, not by an import; the global names it uses or binds anywhere, functions and
+    classes included; the names it imports), read with ``symtable`` (Python's own scoping)."""
+    import symtable
+
+    try:
+        table = symtable.symtable(source, "<cell>", "exec")
+    except SyntaxError:
+        try:
+            table = symtable.symtable(ipython_python(source), "<cell>", "exec")
+        except SyntaxError:
+            return set(), set(), set()
+    top = table.get_symbols()
+    binds = {s.get_name() for s in top if s.is_assigned() and not s.is_imported()}
+    imported = {s.get_name() for s in top if s.is_imported()}
+    uses, todo = set(), list(table.get_children())
+    uses.update(s.get_name() for s in top)
+    while todo:
+        scope = todo.pop()
+        uses.update(s.get_name() for s in scope.get_symbols() if s.is_global())
+        binds.update(s.get_name() for s in scope.get_symbols() if s.is_declared_global() and s.is_assigned())
+        todo.extend(scope.get_children())
+    return binds, uses, imported
 
 
 def _set_aside_self_checks(namespace: dict) -> None:

@@ -201,6 +201,7 @@ class Judges:
         """What the test's ``check_saved`` call decides: the tensors the Function keeps for backward."""
         import torch
 
+        from autograder.student.checker.contracts import broken
         from autograder.student.checker.saved import expected_saved, saved_problem, swap_plan, swap_problem
 
         if not isinstance(function, StudentObject):
@@ -245,7 +246,8 @@ class Judges:
                 return as_found(function.name, "saved something that is not a tensor of a plain dtype")
             problem = (saved_problem(function.name, saved, kept, expected, max_saved, largest, rtol, atol)
                        or (plan and swap_problem(function.name, swap, plan, input_names(reply, sum(grad)), rtol, atol)))
-            return problem and as_found(function.name, problem, named=True)
+            contract = self.contracts.get(function.name)
+            return problem and as_found(function.name, broken(contract and contract.requirement, problem), named=True)
 
         self.pending.append((request, compare))
 
