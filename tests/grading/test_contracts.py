@@ -20,6 +20,7 @@ from autograder.grading.running.judging import examinee, referee, tamper
 from autograder.grading.running.judging.referee import Referee, trusted_cells
 from autograder.student.checker.contracts import FLOOR, NOISE, ROUNDING
 from conftest import REPO, read_notebook
+from test_examinee import CUBE, HONEST
 from test_robustness import (ASSIGNMENT, MAX_SCORE, POINTS, Notebooks, _course, autograded, autograder, grades_csv,
                              outputs_of, write_submissions)
 
@@ -89,22 +90,6 @@ TRUSTED = {"cells": [
         'check_saved(Sqrt, torch.sqrt, torch.rand(5) + 0.5, saves=["output"])\n'},
     {"kind": "answer", "grade_id": "other", "cell_id": "other", "source": "", "names": ["train"]},
 ], "student_names": ["Cube", "Sqrt", "train"]}
-CUBE = '''
-import torch
-BEFORE
-
-class Cube(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x ** 3
-
-    @staticmethod
-    def backward(ctx, grad_output):
-        (x,) = ctx.saved_tensors
-        BODY
-'''
-HONEST = "return grad_output * 3 * x ** 2"
 SQRT = '''
 class Sqrt(torch.autograd.Function):
     @staticmethod
@@ -150,7 +135,7 @@ def _verdicts(cube: str, sqrt: str = SQRT.replace("KEEP", "pass"), other: str = 
 
 
 def _cube(body: str = HONEST, before: str = "") -> str:
-    return CUBE.replace("BEFORE", before).replace("BODY", body)
+    return "import torch\n" + before + "\n" + CUBE.replace("BODY", body)
 
 
 def test_honest_answers_with_their_own_checks_in_the_answer_cell_pass():
