@@ -46,10 +46,10 @@ def _contract_autograd(name: str, contract, request: dict, reply) -> str | None:
     if contract.autograd or not isinstance(reply, dict):
         return None
     answered = reply.get("error") is None
-    cells = reply.get("autograd_in_cells", "no record of it came back" if answered else None)
+    cells = reply.get("autograd_in_cells")  # (the examinee's answers to a request that asks for it: Answers.reply)
     if cells:
         return _printable(cells)
-    if not (answered and request.get("forbid_autograd")):
+    if not (answered and request.get("forbid_autograd")) or unanswered(reply):
         return None
     used = reply.get("autograd_in_backward", "no record of it came back")
     return used and f"when the grader's check ran {name}, {_printable(used)}"
