@@ -12,7 +12,11 @@ the same way (with a uid of its own), that runs only
 - the student's answer cells (the submission's cells that match the source's solution cells by nbgrader
   grade id, else by cell id), each only if the scan finds nothing it refuses (``scan``),
 
-in notebook order, and then answers (``answer``). The student's other cells never run here. Before the
+in notebook order, and then answers (``answer``). The student's other cells never run here. Each answer cell runs
+under torch's profiler (``autograd_use.Watch``): what autograd ran while it ran is said in every reply about an
+object whose exercise forbids it (``requires(..., autograd=False)``) and whose cell shares state with it
+(``_cells_of``); the course's self-checks the given cells import (``check_function``, ``gradcheck``) do nothing in
+the answer cells here. Before the
 first cell it is confined: no thread or process can start (``confinement.one_thread``, seccomp), and
 audit hooks refuse what answers never need (``confinement.audit``: frames, the garbage collector's
 objects, strings made into code, ctypes, files); a check during which an answer was refused fails, saying
