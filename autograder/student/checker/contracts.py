@@ -55,17 +55,13 @@ REQUIREMENTS = _Requirements()
 
 def contracts_of(objects, requirement, autograd: bool = True, exact: bool = False) -> list[tuple[str, Contract]]:
     """(name, contract) for the student's object ``objects`` (or each of a tuple of them, one exercise's; or their
-    names): what ``requires`` records, checked."""
+    names) that has a name: what ``requires`` records."""
     if not (isinstance(requirement, str) and requirement.strip()):
         raise TypeError("requires(obj, requirement, ...) needs the requirement in words")
     contract = Contract(" ".join(requirement.split()), bool(autograd), bool(exact))
-    found = []
-    for obj in objects if isinstance(objects, (tuple, list)) else (objects,):
-        name = obj if isinstance(obj, str) else getattr(obj, "__name__", None)
-        if not isinstance(name, str):
-            raise TypeError("requires(obj, requirement, ...) needs the student's object (or a tuple of them)")
-        found.append((name, contract))
-    return found
+    named = [obj if isinstance(obj, str) else getattr(obj, "__name__", None)
+             for obj in (objects if isinstance(objects, (tuple, list)) else (objects,))]
+    return [(name, contract) for name in named if isinstance(name, str)]  # (a custom op has no name to quote it by)
 
 
 def requires(objects, requirement: str, autograd: bool = True, exact: bool = False) -> None:
