@@ -115,34 +115,33 @@ class Judges:
             return
         import torch
 
-        from autograder.student.checker.contracts import broken, inexact, inexact_message, rounding_noise
+        from autograder.student.checker.contracts import (broken, inexact, inexact_message, reference_gradients,
+                                                          rounding_noise)
 
         if not contract.autograd:
             request["autograd_cells"] = True
             if request["kind"] != "with":
                 request["forbid_autograd"] = True
-        measured = None
-        if contract.exact and exact is not None and any(u is not None for u in exact[3]):
-            reference, leaves, grad, upstream = exact
-            from autograder.student.checker.contracts import reference_gradients
-
-            measured = (grad, reference_gradients(reference, leaves, grad, upstream),
-                        rounding_noise(reference, leaves, grad, upstream))
+        reference, leaves, grad, upstream = exact if exact is not None else (None, [], [], [])
+        used = [u for u in upstream if u is not None]
+        exactly = contract.exact and bool(used)
+        if exactly:  # (the reference's gradients, and how far rounding moves them, computed now: before any reply)
+            want = reference_gradients(reference, leaves, grad, upstream)
+            noise = rounding_noise(reference, leaves, grad, upstream)
+            inputs = [a for a in leaves if isinstance(a, torch.Tensor) and a.is_floating_point()]
 
         def judged(reply) -> str | None:
             said = _contract_autograd(function.name, contract, request, reply)
             if said:
                 return as_found(function.name, broken(contract.requirement, said), named=True)
             problem = compare(reply)
-            if problem is None and measured is not None:
-                grad, want, noise = measured
+            if problem is None and exactly:
                 try:
                     got = [decode(g) for g, wanted in zip(reply["grads"], grad) if wanted]
                 except (KeyError, TypeError, ValueError, AttributeError) as error:
                     return as_found(function.name, f"could not be checked: a malformed answer ({type(error).__name__})")
                 found = inexact([g if isinstance(g, torch.Tensor) else torch.zeros_like(w) for g, w in zip(got, want)],
-                                want, noise, [u for u in exact[3] if u is not None],
-                                [a for a in exact[1] if isinstance(a, torch.Tensor) and a.is_floating_point()])
+                                want, noise, used, inputs)
                 if found:
                     problem = as_found(function.name, broken(contract.requirement, inexact_message(*found)), named=True)
             return problem
