@@ -186,6 +186,18 @@ def test_the_input_kept_as_python_numbers_and_used_where_they_agree_fails_saying
                                          "keeps the values of the input `x` (as Python floats) in `ctx.values`"), found
 
 
+def test_torchs_softplus_is_its_input_above_20_so_its_gradient_there_is_1():
+    # Why 02's hidden tests compare Softplus with the exact softplus (threshold=100): a derived backward gives
+    # sigmoid(x) = 1 - exp(-x), which is not 1 at 30 in float64.
+    import torch
+
+    x = torch.tensor([20.5, 30.0], dtype=torch.float64, requires_grad=True)
+    (torchs,) = torch.autograd.grad(torch.nn.functional.softplus(x).sum(), x)
+    (exact,) = torch.autograd.grad(torch.nn.functional.softplus(x, threshold=100).sum(), x)
+    assert torch.equal(torchs, torch.ones(2, dtype=torch.float64))
+    assert torch.equal(exact, torch.sigmoid(x.detach())) and not torch.equal(exact, torchs)
+
+
 def test_the_bound_is_what_guarantees_md_states():
     stated = _words((REPO / "autograder" / "authoring" / "book" / "instructors" / "guarantees.md").read_text())
     assert f"within {FLOOR} roundings" in stated and f"{NOISE} times" in stated and f"{ROUNDING:.1e}" in stated
