@@ -30,7 +30,8 @@ The modules, from the bottom up (each imports only those before it):
 - ``layouts``: the checks again on non-contiguous inputs (a stride mistake named as one);
 - ``optional``: the optional checks;
 - ``callables``: ``check_callable``;
-- ``kept``, ``saved``: ``check_saved`` (what a Function keeps for backward, and where it keeps anything else);
+- ``values``, ``kept``, ``saved``: ``check_saved`` (what a Function keeps for backward, and where it keeps anything
+  else of the call, whatever its type);
 - ``built_on``: ``check_built_on`` (a function or Module follows the Functions it is built on);
 - ``contracts``: ``requires`` (an exercise's requirement, stated once beside its tests and quoted by its checks);
 - ``harness``: ``check_values`` and ``check_with`` (plain results: a function of numbers, a training loop);

@@ -40,26 +40,6 @@ class StudentObject:
         return f"<the student's {self.name}>"
 
 
-def _contract_autograd(name: str, contract, request: dict, reply) -> str | None:
-    """What the examinee saw of autograd that ``contract`` (``autograd=False``) forbids: while it ran the answer cells,
-    or while this check ran ``name``; None where it saw none (or the reply holds no answer: the check says why)."""
-    if contract.autograd or not isinstance(reply, dict):
-        return None
-    answered = reply.get("error") is None
-    cells = reply.get("autograd_in_cells")  # (the examinee's answers to a request that asks for it: Answers.reply)
-    if cells:
-        return _printable(cells)
-    if not (answered and request.get("forbid_autograd")) or unanswered(reply):
-        return None
-    used = reply.get("autograd_in_backward", "no record of it came back")
-    return used and f"when the grader's check ran {name}, {_printable(used)}"
-
-
-def _printable(text, size: int = 500) -> str:
-    """A string of the examinee's, printable and at most ``size`` characters, for a message."""
-    return "".join(c for c in str(text)[:size] if c.isprintable())
-
-
 class _Unavailable:
     """A value the referee could not compute (its statement was skipped): any use skips the statement."""
 
@@ -105,48 +85,14 @@ class Judges:
         self.contracts.update(contracts_of([o.name for o in named], requirement, autograd, exact))
 
     def _queue(self, function, request: dict, compare, exact: tuple | None = None) -> None:
-        """Queue ``(request, compare)``, judged by the requirement stated for ``function`` too: with
-        ``autograd=False`` the examinee watches the answer cells and this run for autograd (a harness's run, which
-        may use autograd itself, only the cells); with ``exact=True`` and ``exact`` given, (reference, leaves, grad,
-        upstream), the gradients must equal torch's to rounding (``contracts.inexact``)."""
+        """Queue ``(request, compare)``, judged by the requirement stated for ``function`` too, where there is one
+        (``requirements.judged_by``; ``exact``: (reference, leaves, grad, upstream) of a check of gradients)."""
         contract = self.contracts.get(function.name) if isinstance(function, StudentObject) else None
-        if contract is None:
-            self.pending.append((request, compare))
-            return
-        import torch
+        if contract is not None:
+            from autograder.grading.running.judging.requirements import judged_by
 
-        from autograder.student.checker.contracts import (broken, inexact, inexact_message, reference_gradients,
-                                                          rounding_noise)
-
-        if not contract.autograd:
-            request["autograd_cells"] = True
-            if request["kind"] != "with":
-                request["forbid_autograd"] = True
-        reference, leaves, grad, upstream = exact if exact is not None else (None, [], [], [])
-        used = [u for u in upstream if u is not None]
-        exactly = contract.exact and bool(used)
-        if exactly:  # (the reference's gradients, and how far rounding moves them, computed now: before any reply)
-            want = reference_gradients(reference, leaves, grad, upstream)
-            noise = rounding_noise(reference, leaves, grad, upstream)
-            inputs = [a for a in leaves if isinstance(a, torch.Tensor) and a.is_floating_point()]
-
-        def judged(reply) -> str | None:
-            said = _contract_autograd(function.name, contract, request, reply)
-            if said:
-                return as_found(function.name, broken(contract.requirement, said), named=True)
-            problem = compare(reply)
-            if problem is None and exactly:
-                try:
-                    got = [decode(g) for g, wanted in zip(reply["grads"], grad) if wanted]
-                except (KeyError, TypeError, ValueError, AttributeError) as error:
-                    return as_found(function.name, f"could not be checked: a malformed answer ({type(error).__name__})")
-                found = inexact([g if isinstance(g, torch.Tensor) else torch.zeros_like(w) for g, w in zip(got, want)],
-                                want, noise, used, inputs)
-                if found:
-                    problem = as_found(function.name, broken(contract.requirement, inexact_message(*found)), named=True)
-            return problem
-
-        self.pending.append((request, judged))
+            compare = judged_by(function.name, contract, request, compare, exact)
+        self.pending.append((request, compare))
 
     def check_function(self, function, reference, *args, rtol: float = 1e-6, atol: float = 1e-8,
                        inplace: bool = False, constants: tuple = (), **options) -> None:
