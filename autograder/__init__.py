@@ -13,7 +13,7 @@ torch), so the command line and the grading process, which never call them, star
 """
 
 __all__ = ["check_built_on", "check_callable", "check_custom_op", "check_device", "check_forward", "check_function", "check_kernel",
-           "check_saved", "check_values", "check_with", "draw_graph"]
+           "check_saved", "check_values", "check_with", "draw_graph", "requires"]
 
 
 def __getattr__(name: str):

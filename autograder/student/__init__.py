@@ -4,7 +4,8 @@
   gradients and explains a mistake in course terms (every assignment's tests call it);
   ``check_forward`` checks forward alone, ``check_callable`` a function or an ``nn.Module`` class,
   ``check_built_on`` that one follows the Functions it is built on,
-  ``check_saved`` what a Function keeps for backward, ``check_kernel`` a function that launches Triton
+  ``check_saved`` what a Function keeps for backward, ``requires`` what an exercise requires beyond values,
+  ``check_kernel`` a function that launches Triton
   kernels and ``check_custom_op`` a custom operator (``opcheck``, in course words; assignment 10);
 - ``graph``: ``draw_graph`` pictures the backward graph autograd records;
 - ``timing``: assignment 07's timing helpers, workloads and plots; ``records``: the recordings it reads;
@@ -22,7 +23,7 @@ import sys
 
 from autograder.student.checker import (
     check_built_on, check_callable, check_custom_op, check_device, check_forward, check_function, check_kernel, check_saved, check_values,
-    check_with,
+    check_with, requires,
 )
 from autograder.student.checker.messages import show_error
 from autograder.student.graph import draw_graph
@@ -41,4 +42,4 @@ def _not_done_said_in_notebooks() -> None:
 _not_done_said_in_notebooks()
 
 __all__ = ["check_built_on", "check_callable", "check_custom_op", "check_device", "check_forward", "check_function", "check_kernel",
-           "check_saved", "check_values", "check_with", "draw_graph"]
+           "check_saved", "check_values", "check_with", "draw_graph", "requires"]

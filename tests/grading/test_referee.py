@@ -636,7 +636,9 @@ def _module(name: str, source: str) -> dict:
     ("ctx.inputs = (x,)", "ctx.inputs[0]", "Sqrt keeps a tensor (the input `x`) in `ctx.inputs[0]`"),
     ("_cache[0] = x.clone()", "_cache[0]", "Sqrt keeps a tensor (a copy of the input `x`) in the module-level dict `_cache`"),
     ("_cache[0] = x.tolist()", "torch.tensor(_cache[0], dtype=result.dtype)",
-     "Sqrt's backward does not compute from what forward saved"),
+     "Sqrt keeps the values of the input `x` (as Python floats) in the module-level dict `_cache`"),
+    ("_cache[0] = [3 * v for v in x.reshape(-1).tolist()]", "torch.tensor(_cache[0], dtype=result.dtype).reshape(result.shape) / 3",
+     "Sqrt's backward does not compute from what forward saved"),  # an encoding of its own: what backward computes shows it
     ("pass", "result ** 2", None),
 ])
 def test_the_referee_fails_a_function_that_keeps_a_tensor_outside_save_for_backward_saying_where(keep, get, says):
@@ -646,7 +648,9 @@ def test_the_referee_fails_a_function_that_keeps_a_tensor_outside_save_for_backw
     if says is None:
         assert failure is None, failure
     else:
-        assert failure.startswith(says) and "found by the grader's own check" in failure, failure
+        # (in the words of 01's requirement for Sqrt, which its first test cell states)
+        assert failure.startswith("This exercise requires a backward you derive from the output alone") \
+            and f", but {says}" in failure and "found by the grader's own check" in failure, failure
 
 
 NETS = {
@@ -660,17 +664,20 @@ NETS = {
 
 @pytest.mark.parametrize("net", sorted(NETS))
 def test_the_referee_fails_a_net_that_does_not_follow_poly_function(net):
-    """01's test_net as the notebook has it: Net is run again in the examinee with the student's PolyFunction changed,
-    and its output and gradients must change as the referee's stand-in says."""
+    """01's test_net as the notebook has it: Net is run again in the examinee with the student's PolyFunction replaced
+    by another function (values and gradients, then gradients alone), and its output and gradients must be that
+    function's, as the referee's stand-in says."""
     namespace = _student(("return self.poly(x1, x2).sum()", NETS[net]))
     poly = namespace["PolyFunction"]
     methods = dict(vars(poly))
     judged, failure = _judge(_asker(namespace), "test_net")
-    assert judged == 6 and dict(vars(poly)) == methods  # three shapes, each as it is and changed; put back after
+    assert judged == 9 and dict(vars(poly)) == methods  # three shapes, each as it is and replaced twice; put back after
     if net == "honest":
         assert failure is None, failure
     else:
-        assert failure.startswith("Net does not follow PolyFunction: with PolyFunction changed by the check"), failure
+        assert failure.startswith("This exercise requires Net's value and gradients to come from PolyFunction, through "
+                                  "Poly: with PolyFunction replaced by another function of the same inputs, Net follows it, "
+                                  "but Net does not follow PolyFunction: with PolyFunction replaced by another function"), failure
         assert "found by the grader's own check" in failure
 
 

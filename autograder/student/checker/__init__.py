@@ -32,8 +32,10 @@ The modules, from the bottom up (each imports only those before it):
 - ``layouts``: the checks again on non-contiguous inputs (a stride mistake named as one);
 - ``optional``: the optional checks;
 - ``callables``: ``check_callable``;
-- ``kept``, ``saved``: ``check_saved`` (what a Function keeps for backward, and where it keeps anything else);
+- ``values``, ``kept``, ``saved``: ``check_saved`` (what a Function keeps for backward, and where it keeps anything
+  else of the call, whatever its type);
 - ``built_on``: ``check_built_on`` (a function or Module follows the Functions it is built on);
+- ``contracts``: ``requires`` (an exercise's requirement, stated once beside its tests and quoted by its checks);
 - ``harness``: ``check_values`` and ``check_with`` (plain results: a function of numbers, a training loop);
 - ``devices``: ``check_device`` (where a Function makes its tensors, checked on meta tensors);
 - ``kernels``: ``check_kernel`` (a function that launches Triton kernels; a wrong result explained);
@@ -45,6 +47,7 @@ from __future__ import annotations
 
 from autograder.student.checker.built_on import check_built_on
 from autograder.student.checker.callables import check_callable
+from autograder.student.checker.contracts import requires
 from autograder.student.checker.devices import check_device
 from autograder.student.checker.core import _check_backward, _check_forward, _check_is_function_class, _describe_inputs
 from autograder.student.checker.optional import (
@@ -174,4 +177,4 @@ def _start(function, args, inplace, constants, autograd_in_backward, dtype=None,
 
 
 __all__ = ["check_built_on", "check_callable", "check_custom_op", "check_device", "check_forward", "check_function", "check_kernel", "check_saved",
-           "check_values", "check_with"]
+           "check_values", "check_with", "requires"]

@@ -1,20 +1,28 @@
-"""``check_built_on``: a function or Module built on the student's Function follows what that Function does.
+"""``check_built_on``: a function or Module built on the student's Function follows whatever that Function is.
 
-``check_built_on(Net, reference, *args, on={"PolyFunction": poly_reference})`` runs two checks. First
-``check_callable``'s (with ``harness=``, ``check_with``'s) against ``reference(*stand_ins)``: each
-stand-in a Function named as the student's piece (so graphs and ``grad_fn`` names look alike) that
-computes the piece's torch reference (``poly_reference``); the output's graph must hold each piece's
-node. Then the same with each piece of the student's changed for the call (``substituted``): its
-forward's outputs shifted by known amounts, the gradients its backward receives scaled by known
-weights, and the stand-ins changed the same way (``stand_in`` with a seed). A ``Net`` built on
-``PolyFunction.apply`` follows; one that computes its result another way and adds
-``0 * PolyFunction.apply(...)``, applies it to a detached copy, discards it, or uses it only on some
-shapes, does not. ``reference`` is a function of the stand-ins (in the order of ``on``) that returns
-the reference: ``lambda poly: lambda x1, x2: poly(x1, x2).sum()``, or a Module class for a harness.
+``check_built_on(Net, reference, *args, on={"PolyFunction": poly_reference})`` runs three checks. First
+``check_callable``'s (with ``harness=``, ``check_with``'s) against ``reference(*stand_ins)``: each stand-in a
+Function named as the student's piece (so graphs and ``grad_fn`` names look alike) that computes the piece's
+torch reference (``poly_reference``); the output's graph must hold each piece's node. Then the same twice with
+each piece of the student's replaced for the call (``substituted``), and the stand-ins replaced alike
+(``stand_in`` with a change):
 
-The grader's referee builds the stand-ins itself and asks the examinee to answer with the student's
-pieces substituted (``autograder.grading.running.judging.answer``), with the same ``substituted`` and
-``perturbation``, so both sides change by the same amounts.
+- ``"values"``: the piece becomes another function of the same inputs (``other``: every floating-point output a
+  smooth nonlinear function of every floating-point input, drawn from a seed), values and gradients;
+- ``"gradients"``: the piece keeps its own forward, so its values are the student's to the last bit, and its
+  backward becomes that other function's.
+
+So ``Net``'s value must come from ``PolyFunction.apply``'s output and its gradients from ``PolyFunction``'s
+backward. A ``Net`` that computes its result another way and adds ``0 * PolyFunction.apply(...)``, applies it to a
+detached copy, discards it, uses it only on some shapes, or computes the gradient itself, does not follow; nor
+does one that corrects a wrong backward of its own ``PolyFunction`` (calling it twice on half-detached inputs to
+double a gradient path), which is found where the values give it no way to tell the change (``"gradients"``).
+``reference`` is a function of the stand-ins (in the order of ``on``) that returns the reference:
+``lambda poly: lambda x1, x2: poly(x1, x2).sum()``, or a Module class for a harness.
+
+The grader's referee builds the stand-ins itself and asks the examinee to answer with the student's pieces
+substituted (``autograder.grading.running.judging.answer``), with the same ``substituted`` and ``other``, so
+both sides change alike.
 """
 
 from __future__ import annotations
@@ -23,56 +31,89 @@ import contextlib
 import functools
 import sys
 
+from autograder.student.checker.contracts import broken, requirement_of
 from autograder.student.checker.references import (
-    _as_tuple, _autograd_grad, _enable_grad, _Function, _Generator, _randn, _Tensor,
+    _as_tuple, _autograd_grad, _enable_grad, _Function, _Generator, _rand, _randn, _Tensor,
 )
 
 _MISSING = object()
 _DEFAULT_VJP = _Function.vjp
+CHANGES = ("values", "gradients")
+SAID = {"values": "replaced by another function of the same inputs (values and gradients)",
+        "gradients": "keeping its forward but given the backward of another function of the same inputs"}
 
 
-def perturbation(seed: int, index: int, like):
-    """(shift, scale) for output ``index`` of a piece: known random tensors of ``like``'s shape, dtype and device,
-    the same wherever they are drawn; ``scale`` lies in [0.5, 1.5)."""
-    generator = _Generator().manual_seed(int(seed) * 64 + index)
-    shift = _randn(like.shape, generator=generator, dtype=like.dtype if like.is_floating_point() else None)
-    scale = 0.5 + _randn(like.shape, generator=generator, dtype=shift.dtype).sigmoid()
-    return shift.to(like.device), scale.to(like.device)
+def _floating(value) -> bool:
+    return isinstance(value, _Tensor) and value.is_floating_point()
 
 
-def _shifted(outputs, seed: int | None, keep: tuple = ()):
-    """``outputs`` (one or a tuple) with each floating-point tensor moved by its known shift; those in ``keep``
-    (inputs returned as outputs, modified in place) are left as they are."""
-    if seed is None:
-        return outputs
-    moved = [o + perturbation(seed, k, o)[0] if isinstance(o, _Tensor) and o.is_floating_point()
-             and not any(o is a for a in keep) else o for k, o in enumerate(_as_tuple(outputs))]
-    return tuple(moved) if isinstance(outputs, (tuple, list)) else moved[0]
+def _drawn(generator, like, low: float, width: float):
+    """A tensor of ``like``'s shape, dtype and device, uniform in [low, low + width), from ``generator``."""
+    return (low + width * _rand(like.shape, generator=generator, dtype=like.dtype)).to(like.device)
 
 
-def _scaled(grads: tuple, seed: int | None) -> list:
-    """The gradients a piece's backward receives, each times its known scale."""
-    if seed is None:
-        return list(grads)
-    return [g * perturbation(seed, k, g)[1] if isinstance(g, _Tensor) and g.is_floating_point() else g
-            for k, g in enumerate(grads)]
+def other(seed: int, args: tuple, like: tuple) -> tuple:
+    """Another function of the same inputs: for each floating-point output of ``like`` (the piece's own outputs, for
+    their shapes), ``c + sum_i m_i``, where ``m_i = a * sin(b * x_i + phase)`` is reshaped to the output's shape when
+    ``x_i`` has as many elements, else summed with weights and spread by a random tensor of the output's shape;
+    each number drawn from ``seed`` alone, so that two processes draw the same. Other outputs are ``like``'s.
+    Differentiable torch code: its gradients are autograd's."""
+    inputs = [a for a in args if _floating(a)]
+    found = []
+    for k, out in enumerate(like):
+        if not _floating(out):
+            found.append(out)
+            continue
+        generator = _Generator().manual_seed(int(seed) * 64 + k)
+        total = _randn(out.shape, generator=generator, dtype=out.dtype).to(out.device)
+        for x in inputs:
+            x = x.to(out.dtype)
+            m = _drawn(generator, x, 0.3, 0.7) * (_drawn(generator, x, 0.5, 1.0) * x + _drawn(generator, x, 0.0, 6.3)).sin()
+            if m.numel() == out.numel():
+                total = total + m.reshape(out.shape)
+            else:
+                total = total + (m * _drawn(generator, x, -1.0, 2.0)).sum() * _drawn(generator, out, -1.0, 2.0)
+        found.append(total)
+    return tuple(found)
 
 
-def stand_in(name: str, piece, seed: int | None = None) -> type:
-    """A Function named ``name`` that computes the torch function ``piece``; with a ``seed``, changed as
-    ``substituted`` changes the student's: outputs shifted, the gradients its backward receives scaled."""
+def _other_gradients(seed: int, args: tuple, like: tuple, needs: tuple, grads: tuple) -> tuple:
+    """The gradients ``other`` gives the inputs in ``needs`` for the upstream ``grads``, None for the others."""
+    leaves = [a.detach().requires_grad_(bool(wanted) and _floating(a)) if isinstance(a, _Tensor) else a
+              for a, wanted in zip(args, needs)]
+    wanted = [a for a in leaves if isinstance(a, _Tensor) and a.requires_grad]
+    with _enable_grad():
+        outputs = other(seed, tuple(leaves), like)
+    used = [(o, g) for o, g in zip(outputs, grads)
+            if isinstance(o, _Tensor) and o.requires_grad and isinstance(g, _Tensor)]
+    found = iter(_autograd_grad([o for o, _ in used], wanted, [g for _, g in used], allow_unused=True)
+                 if used and wanted else [None] * len(wanted))
+    return tuple(next(found) if isinstance(a, _Tensor) and a.requires_grad else None for a in leaves)
+
+
+def stand_in(name: str, piece, change: tuple | None = None) -> type:
+    """A Function named ``name`` that computes the torch function ``piece``; with a ``change`` (``(kind, seed)``,
+    kind one of ``CHANGES``), changed as ``substituted`` changes the student's."""
+    kind, seed = change if change is not None else (None, None)
+
     def forward(ctx, *args):
         ctx.args = args
-        return _shifted(piece(*[a.detach() if isinstance(a, _Tensor) else a for a in args]), seed)
+        outputs = piece(*[a.detach() if isinstance(a, _Tensor) else a for a in args])
+        ctx.like = tuple(o.detach() if isinstance(o, _Tensor) else o for o in _as_tuple(outputs))
+        if kind != "values":
+            return outputs
+        changed = other(seed, args, ctx.like)
+        return changed if isinstance(outputs, (tuple, list)) else changed[0]
 
     def backward(ctx, *grads):
+        if kind is not None:
+            return _other_gradients(seed, ctx.args, ctx.like, ctx.needs_input_grad, grads)
         leaves = [a.detach().requires_grad_(wanted) if isinstance(a, _Tensor) else a
                   for a, wanted in zip(ctx.args, ctx.needs_input_grad)]
         wanted = [a for a in leaves if isinstance(a, _Tensor) and a.requires_grad]
         with _enable_grad():
             outputs = _as_tuple(piece(*leaves))
-        used = [(o, g) for o, g in zip(outputs, _scaled(grads, seed))
-                if isinstance(o, _Tensor) and o.requires_grad and g is not None]
+        used = [(o, g) for o, g in zip(outputs, grads) if isinstance(o, _Tensor) and o.requires_grad and g is not None]
         found = iter(_autograd_grad([o for o, _ in used], wanted, [g for _, g in used], allow_unused=True)
                      if used and wanted else [None] * len(wanted))
         return tuple(next(found) if isinstance(a, _Tensor) and a.requires_grad else None for a in leaves)
@@ -82,18 +123,21 @@ def stand_in(name: str, piece, seed: int | None = None) -> type:
 
 
 @contextlib.contextmanager
-def substituted(classes: list, seed: int):
+def substituted(classes: list, change: tuple):
     """Each Function class of ``classes`` changed while the block runs, wherever it is used (the class itself
-    changes, so an alias such as ``poly = PolyFunction.apply`` follows too): forward's outputs shifted by known
-    amounts, the gradients backward (or ``vjp``) receives scaled by known weights; put back afterwards."""
-    patched = []
+    changes, so an alias such as ``poly = PolyFunction.apply`` follows too), as ``change`` (``(kind, seed)``) says:
+    with ``"values"`` forward returns ``other``'s outputs for its inputs, with ``"gradients"`` its own; either way
+    backward (or ``vjp``) returns ``other``'s gradients. Put back afterwards."""
+    kind, seed = change
+    patched, calls = [], {}
     try:
         for cls in classes:
             patched.append((cls, {name: vars(cls).get(name, _MISSING) for name in
                                   ("forward", "backward", "vjp", "setup_context")}))
-            _change(cls, seed)
+            _change(cls, kind, int(seed), calls)
         yield
     finally:
+        calls.clear()
         for cls, originals in reversed(patched):
             for name, value in originals.items():
                 if value is not _MISSING:
@@ -102,38 +146,60 @@ def substituted(classes: list, seed: int):
                     delattr(cls, name)
 
 
-def _change(cls, seed: int) -> None:
-    forward, unshifted = cls.forward, {}
+def _change(cls, kind: str, seed: int, calls: dict) -> None:
+    """Change ``cls`` as ``substituted`` says; ``calls`` holds each call's inputs and own outputs by ``id(ctx)``."""
+    forward = cls.forward
     split = cls.setup_context is not _Function.setup_context  # forward(*args) and setup_context(ctx, inputs, output)
 
-    @functools.wraps(forward)  # (its signature too: apply binds default arguments from it with setup_context)
-    def shifted_forward(*args, **kwargs):
-        outputs = forward(*args, **kwargs)
-        moved = _shifted(outputs, seed, keep=args)
-        if split:
-            unshifted[id(moved)] = (moved, outputs)
-        return moved
+    def result(args: tuple, outputs):
+        """What the changed forward returns: its own ``outputs``, or ``other``'s in their place."""
+        if kind != "values":
+            return outputs
+        changed = other(seed, args, tuple(_as_tuple(outputs)))
+        return changed if isinstance(outputs, (tuple, list)) else changed[0]
 
-    cls.forward = staticmethod(shifted_forward)
     if split:
+        made = {}  # id(returned) -> (returned, forward's own outputs), for setup_context
+
+        @functools.wraps(forward)  # (its signature too: apply binds default arguments from it with setup_context)
+        def changed_forward(*args, **kwargs):
+            outputs = forward(*args, **kwargs)
+            returned = result(args, outputs)
+            made[id(returned)] = (returned, outputs)
+            return returned
+
         setup = cls.setup_context
 
         def setup_context(ctx, inputs, output):  # it sees forward's own outputs, as without the change
-            moved, original = unshifted.pop(id(output), (None, output))
-            return setup(ctx, inputs, original if moved is output else output)
+            returned, outputs = made.pop(id(output), (None, output))
+            own = outputs if returned is output else output
+            calls[id(ctx)] = (tuple(inputs), tuple(_as_tuple(own)))
+            return setup(ctx, inputs, own)
 
         cls.setup_context = staticmethod(setup_context)
-    name = "vjp" if cls.vjp is not _DEFAULT_VJP else "backward"
-    backward = getattr(cls, name)
-    setattr(cls, name, staticmethod(lambda ctx, *grads: backward(ctx, *_scaled(grads, seed))))
+    else:
+        @functools.wraps(forward)
+        def changed_forward(ctx, *args, **kwargs):
+            outputs = forward(ctx, *args, **kwargs)
+            calls[id(ctx)] = (args, tuple(_as_tuple(outputs)))
+            return result(args, outputs)
+
+    cls.forward = staticmethod(changed_forward)
+
+    def changed_backward(ctx, *grads):
+        args, like = calls[id(ctx)]
+        return _other_gradients(seed, args, like, ctx.needs_input_grad, grads)
+
+    setattr(cls, "vjp" if cls.vjp is not _DEFAULT_VJP else "backward", staticmethod(changed_backward))
 
 
-def follows_problem(name: str, pieces: list[str], problem: str) -> str:
-    """Why ``name`` is not built on ``pieces``, from what differed with them changed."""
+def follows_problem(name: str, pieces: list[str], problem: str, kind: str = "values",
+                    requirement: str | None = None) -> str:
+    """Why ``name`` is not built on ``pieces``, from what differed with them changed (``kind``), in the words of the
+    exercise's ``requirement`` where one is stated."""
     them = " and ".join(pieces)
-    return (f"{name} does not follow {them}: with {them} changed by the check (its outputs shifted by known "
-            f"amounts, the gradients its backward receives scaled), {name}'s results should change as they do "
-            f"when {name} computes them with {them}.apply, and they do not: {problem}")
+    return broken(requirement, f"{name} does not follow {them}: with {them} {SAID[kind]}, {name}'s results should be "
+                               f"what they are when {name} computes them with {them}.apply, and they are not: {problem}")
 
 
 def home(function) -> dict:
@@ -161,15 +227,15 @@ def check_built_on(function, reference, *args, on: dict, harness=None, rtol: flo
                              f"torch.autograd.Function named {missing[0]}.")
     tolerance = {k: v for k, v in (("rtol", rtol), ("atol", atol)) if v is not None}
     seed = int(_randn(()).abs().mul(1e6))
-    for changed in (None, seed):
-        built = reference(*[stand_in(n, p, changed).apply for n, p in zip(names, pieces)])
+    for change in (None, *((kind, seed) for kind in CHANGES)):
+        built = reference(*[stand_in(n, p, change).apply for n, p in zip(names, pieces)])
         try:
-            with substituted(found, changed) if changed is not None else contextlib.nullcontext():
+            with substituted(found, change) if change is not None else contextlib.nullcontext():
                 if harness is not None:
                     check_with(harness, function, built, *args, **tolerance)
                 else:
-                    check_callable(function, built, *args, uses=tuple(names) if changed is None else (), **tolerance)
+                    check_callable(function, built, *args, uses=tuple(names) if change is None else (), **tolerance)
         except AssertionError as error:
-            if changed is None:
+            if change is None:
                 raise
-            raise AssertionError(follows_problem(name, names, str(error))) from None
+            raise AssertionError(follows_problem(name, names, str(error), change[0], requirement_of(function))) from None

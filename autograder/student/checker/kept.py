@@ -1,19 +1,26 @@
-"""Where a Function keeps tensors outside ``ctx.save_for_backward``: the measuring half of ``check_saved``'s rule.
+"""Where a Function keeps what it was given outside ``ctx.save_for_backward``: the measuring half of ``check_saved``'s rule.
 
 A tensor of the call (an input, a view or a copy of one, anything forward made) kept on ``ctx`` or in a
 container there, in a module-level or class-level container, a closure, a default argument or a function
 attribute, is held where autograd can neither check it nor free it, and an exercise about what to save
-is then not done. ``ForwardWatch`` measures one forward call: the tensors it made that outlive it (the
-garbage collector's youngest generation, with collection paused during the call) and the references
-to its inputs it added (reference counts, less the one torch itself adds when C++ holds a tensor).
-``kept_places`` then finds each of them by walking what the Function reaches by name (ctx, its
-class, its methods' closures, defaults and attributes, its module's names) and, failing that, the
-garbage collector's referrers; on ``ctx`` every tensor counts, whatever made it. The walk reads
-containers and attributes with the builtin types' own methods, so no code of the student's runs.
+is then not done. So are the call's values kept in any other form: the input's or the output's numbers as a
+list of Python floats (``x.tolist()``), numpy scalars or arrays, the bytes of the tensor (``tobytes()``), a
+string that writes them (``str(x.tolist())``, ``float.hex``), the raw bits as integers.
 
-It uses ``gc.get_objects`` (the youngest generation, twice a call), reads student functions'
-``__defaults__`` and ``__kwdefaults__`` (the ``object.__getattr__`` audit event), and calls
-``gc.get_referrers`` only for a tensor kept where no name leads.
+``ForwardWatch`` measures one forward call: the tensors it made that outlive it (the garbage collector's
+youngest generation, with collection paused during the call), every other object it made that outlives it,
+and the references to its inputs it added (reference counts, less the one torch itself adds when C++ holds a
+tensor). ``kept_places`` then finds each kept tensor by walking what the Function reaches by name (ctx, its
+class, its methods' closures, defaults and attributes, its module's names) and, failing that, the garbage
+collector's referrers; on ``ctx`` every tensor counts, whatever made it. On the same walk, and among the
+objects forward made that outlive it, it reads every number, string, bytes and array it meets
+(``CallValues``): a place that holds two of a tensor's values (its one value, for a single number) keeps
+them. The walk reads containers and attributes with the builtin types' own methods, so no code of the
+student's runs.
+
+It uses ``gc.get_objects`` (the youngest generation, twice a call), ``gc.get_referents`` on what forward made,
+reads student functions' ``__defaults__`` and ``__kwdefaults__`` (the ``object.__getattr__`` audit event), and
+calls ``gc.get_referrers`` only for what is kept where no name leads.
 """
 
 from __future__ import annotations
@@ -22,13 +29,15 @@ import builtins
 import collections
 import functools
 import gc
+import re
 import sys
 import types
 
 from autograder.student.checker.references import _equal, _Tensor
+from autograder.student.checker.values import CallValues, form_of
 
-_get_objects, _get_referrers, _gc_enable, _gc_disable, _gc_isenabled, _gc_stats = (
-    gc.get_objects, gc.get_referrers, gc.enable, gc.disable, gc.isenabled, gc.get_stats)
+_get_objects, _get_referrers, _get_referents, _gc_enable, _gc_disable, _gc_isenabled, _gc_stats = (
+    gc.get_objects, gc.get_referrers, gc.get_referents, gc.enable, gc.disable, gc.isenabled, gc.get_stats)
 _refcount = sys.getrefcount
 _use_count = _Tensor._use_count
 _CONTAINERS = (dict, list, tuple, set, frozenset, collections.deque)
@@ -60,12 +69,14 @@ def _python_references(tensor) -> int:
 
 
 class ForwardWatch:
-    """One forward call measured: ``made``, the tensors it made that are alive after it, and for each input
-    tensor the references it gained (``gained(holders)``, less the ones in the checker's own ``holders``)."""
+    """One forward call measured: ``made``, the tensors it made that are alive after it, ``made_other``, the other
+    objects it made that are (those the garbage collector tracks: containers, cells, functions, instances), and for
+    each input tensor the references it gained (``gained(holders)``, less the ones in the checker's own ``holders``)."""
 
     def __init__(self, call: list) -> None:
         self.inputs = [a for a in call if isinstance(a, _Tensor)]
         self.made: list = []
+        self.made_other: list = []
         self.disturbed = False
 
     def __enter__(self) -> "ForwardWatch":
@@ -73,13 +84,16 @@ class ForwardWatch:
         _gc_disable()  # what forward makes stays in the youngest generation, where the check looks
         self.collected = _collections()
         self.counts = [_python_references(t) for t in self.inputs]  # (before the list below holds some of them)
-        self.before = _young_tensors()  # held, so that no new tensor takes the id of one of these
+        self.before = _get_objects(0)  # held, so that no new object takes the id of one of these
         return self
 
     def __exit__(self, *exc) -> None:
         try:
-            known = {id(t) for t in self.before}
-            self.made = [t for t in _young_tensors() if id(t) not in known]
+            known = {id(o) for o in self.before}
+            known.add(id(self.before))
+            young = [o for o in _get_objects(0) if id(o) not in known]
+            self.made = [o for o in young if issubclass(type(o), _Tensor)]
+            self.made_other = [o for o in young if not issubclass(type(o), _Tensor) and type(o) is not types.FrameType]
             self.disturbed = _collections() != self.collected  # forward ran the garbage collector itself
         finally:
             self.before = []
@@ -102,7 +116,11 @@ def kept_places(function, node, call: list, names: list[str], outputs: tuple, sa
     legitimate += [t._base for t in legitimate if isinstance(t, _Tensor) and t._base is not None]
     made = [t for t in watch.made if not any(t is k for k in legitimate)]
     targets = {id(t): t for t in [*kept_inputs, *made]}
-    found = _walk(function, node, targets, _storages([*watch.inputs, *made]))
+    values = CallValues([(f"the input `{names[i]}`", a) for i, a in enumerate(call) if isinstance(a, _Tensor)]
+                        + [("the output" if len(outputs) == 1 else f"output {k + 1}", o)
+                           for k, o in enumerate(outputs) if isinstance(o, _Tensor)],
+                        [a for a in call if not isinstance(a, _Tensor)])
+    found, carried = _walk(function, node, targets, _storages([*watch.inputs, *made]), values)
     places = [(_what(obj, call, names, outputs, made), where) for obj, where in found]
     located = {id(obj) for obj, _ in found}
     unlocated = [t for i, t in targets.items() if i not in located]
@@ -111,6 +129,16 @@ def kept_places(function, node, call: list, names: list[str], outputs: tuple, sa
         # An input's gained reference is certain; a tensor forward made may be held by torch alone.
         if where is not None or any(unlocated[i] is t for t in kept_inputs):
             places.append((_what(unlocated[i], call, names, outputs, made), where or "a place the check cannot name"))
+    seen = {i for objects, _ in carried for i in objects}
+    places += [(what, where) for _, (what, where) in carried][:max(0, 5 - len(places))]
+    for obj in watch.made_other if len(places) < 5 and values else ():
+        inside = [r for r in _referents(obj) if id(r) not in seen and values.numbers(r) is not None]
+        tensor = values.held([values.numbers(r) for r in inside]) if id(obj) not in seen else None
+        if tensor:  # an object forward made, still alive, that no name leads to (a cache, a closure made in forward)
+            places.append((f"the values of {tensor} ({form_of(inside)})",
+                           _held_by(obj) or "a place the check cannot name (forward made it, and it outlives forward)"))
+            if len(places) >= 5:
+                break
     if watch.disturbed:
         places.append(("whatever forward made", "a place the check cannot see: forward ran Python's garbage "
                                                 "collector, which hides it"))
@@ -159,9 +187,10 @@ def _storages(tensors: list) -> list[tuple[int, int]]:
     return spans
 
 
-def _walk(function, node, targets: dict, spans: list) -> list[tuple[object, str]]:
+def _walk(function, node, targets: dict, spans: list, values: "CallValues") -> tuple[list, list]:
     """(object, where) for the call's tensors (``targets``, numpy arrays in ``spans``) found by name, and every
-    tensor or array on ``ctx``: breadth first from ctx, then the Function's classes, then its module's names."""
+    tensor or array on ``ctx``: breadth first from ctx, then the Function's classes, then its module's names;
+    and (the ids of the objects, (what, where)) for each place found holding the call's values (``values``)."""
     classes = [c for c in type.__getattribute__(function, "__mro__") if not _library(c)]
     module = _module_names(classes)
     phases = [[(node, "ctx", "`ctx`")] if node is not None else [],
@@ -170,11 +199,20 @@ def _walk(function, node, targets: dict, spans: list) -> list[tuple[object, str]
                if isinstance(name, str) and not name.startswith("_i") and name not in ("In", "Out", "_", "__", "___")
                and not name.startswith("__") and not isinstance(value, types.ModuleType)]]
     seen, found, budget = set(), [], _BUDGET
+    numbers: dict[str, tuple[list, list]] = {}  # a place -> (the objects there that hold numbers, the numbers)
     for on_ctx, roots in zip((True, False, False), phases):
         todo = collections.deque((obj, path, where, on_ctx) for obj, path, where in roots)
         while todo and budget and len(found) < 5:
             obj, path, where, here = todo.popleft()
-            if id(obj) in seen or isinstance(obj, _ATOMS):
+            if id(obj) in seen:
+                continue
+            read = values.numbers(obj) if values else None
+            if read is not None and len(read):
+                place = f"`{_root(path)}`" if here else where
+                held = numbers.setdefault(place, ([], []))
+                held[0].append(obj)
+                held[1].append(read)
+            if isinstance(obj, _ATOMS):
                 continue
             seen.add(id(obj))
             budget -= 1
@@ -184,7 +222,24 @@ def _walk(function, node, targets: dict, spans: list) -> list[tuple[object, str]
                 continue
             for step, child, place in _children(obj, path, where, module, here):
                 todo.append((child, step, place or where, here and place is None))
-    return found
+    carried = []
+    for place, (objects, read) in numbers.items():
+        tensor = values.held(read)
+        if tensor:
+            carried.append(({id(o) for o in objects}, (f"the values of {tensor} ({form_of(objects)})", place)))
+    return found, carried
+
+
+def _root(path: str) -> str:
+    """The attribute of ``ctx`` a path on it starts with (``ctx.values[3]`` is in ``ctx.values``)."""
+    found = re.match(r"ctx(\.[A-Za-z_][A-Za-z0-9_]*)?", path)
+    return found.group() if found else path
+
+
+def _referents(obj) -> list:
+    """What ``obj`` holds directly, as the garbage collector sees it (no code of the student's runs); a module's
+    names are not its own."""
+    return [r for r in _get_referents(obj) if not (isinstance(r, dict) and r is getattr(obj, "__globals__", None))]
 
 
 def _library(cls) -> bool:
@@ -228,7 +283,8 @@ def _children(obj, path: str, where: str, module: dict, on_ctx: bool) -> list[tu
     if isinstance(obj, dict):
         pairs = list(dict.items(obj))
         return ([(f"{path}[{_key(k)}]", v, None) for k, v in pairs]
-                + [(f"{path} (a key)", k, None) for k, _ in pairs if not isinstance(k, _ATOMS)])
+                + [(f"{path} (a key)", k, None) for k, _ in pairs
+                   if not isinstance(k, _ATOMS) or isinstance(k, (float, str, bytes))])
     for kind in (list, tuple, collections.deque):
         if isinstance(obj, kind):
             return [(f"{path}[{i}]", v, None) for i, v in enumerate(kind.__iter__(obj))]

@@ -29,6 +29,7 @@ _allclose = torch.allclose
 _equal = torch.equal
 _isclose = torch.isclose
 _randn = torch.randn
+_rand = torch.rand
 _zeros_like = torch.zeros_like
 _ones_like = torch.ones_like
 _float64 = torch.float64

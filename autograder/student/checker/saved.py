@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import torch
 
+from autograder.student.checker.contracts import broken, requirement_of
 from autograder.student.checker.kept import ForwardWatch, kept_places
 from autograder.student.checker.references import (
     _as_float64, _as_tuple, _autograd_grad, CheckFailure, _close, _enable_grad, _equal, _is_float_tensor, _randn,
@@ -147,9 +148,11 @@ def saved_problem(name: str, saved: list, kept: list, expected, max_saved, large
     """What is wrong with what ``name`` saved (``saved_record``'s record), or None."""
     if kept:
         (what, where), more = kept[0], len(kept) - 1
-        return (f"{name} keeps a tensor ({what}) in {where}, outside save_for_backward"
+        kept_what = what if what.startswith("the values of ") else f"a tensor ({what})"
+        return (f"{name} keeps {kept_what} in {where}, outside save_for_backward"
                 f"{f' (and {more} more)' if more else ''}: keep what backward needs with ctx.save_for_backward only "
-                f"(autograd checks those tensors and frees them after backward), and plain numbers on ctx")
+                f"(autograd checks those tensors and frees them after backward), and on ctx only numbers that are not "
+                f"the tensors' values (a constant, a shape)")
     if max_saved is not None:
         big = [t for t in saved if t.numel() > largest]
         if len(saved) > max_saved or big:
@@ -219,4 +222,4 @@ def check_saved(function, reference, *args, saves=None, max_saved: int | None = 
     problem = (saved_problem(name, record["saved"], record["kept"], expected, max_saved, largest, rtol, atol)
                or (plan and swap_problem(name, record["swap"], plan, record["names"], rtol, atol)))
     if problem:
-        raise CheckFailure(problem)
+        raise CheckFailure(broken(requirement_of(function), problem))

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from autograder import check_built_on
-from autograder.student.checker.built_on import perturbation, stand_in, substituted
+from autograder.student.checker.built_on import other, stand_in, substituted
 
 POLY = '''
 import torch
@@ -103,20 +103,59 @@ def test_a_net_built_on_the_function_follows_it_however_it_reaches_it(body, poly
     assert dict(vars(module.PolyFunction)) == originals  # the Function is put back as it was
 
 
-@pytest.mark.parametrize("body, says", [
-    (f"return {RIGHT} + 0 * PolyFunction.apply(x1, x2).sum()", "Net does not follow PolyFunction: with PolyFunction "
-                                                               "changed by the check"),
+BROKEN_X2 = POLY.replace("grad_output * 2 * x2", "grad_output * x2")  # a PolyFunction whose x2 gradient is half
+# The right result computed otherwise, and PolyFunction used only in appearance.
+LOOKS_BUILT_ON = {
+    "adds_zero_times_poly": (f"return {RIGHT} + 0 * PolyFunction.apply(x1, x2).sum()", "Net does not follow PolyFunction: "
+                             "with PolyFunction replaced by another function of the same inputs"),
     # The value from PolyFunction on detached copies, the gradient from torch: the graph holds PolyFunction's node
     # through a term that is zero.
-    ("p = PolyFunction.apply(x1.detach(), x2.detach())\n        r = x1 ** 3 + x2 ** 2\n"
-     "        return (r + (p - r).detach()).sum() + 0 * PolyFunction.apply(x1, x2).sum()", "the gradient for `x1` is wrong"),
-    (f"PolyFunction.apply(x1, x2)\n        return {RIGHT}", "Net's output should come from PolyFunction.apply"),
-    (f"if x1.shape == (3,):\n            return PolyFunction.apply(x1, x2).sum()\n        return {RIGHT}",
-     "Net's output should come from PolyFunction.apply"),  # used only on the visible test's shape
-])
-def test_a_net_that_only_looks_built_on_the_function_fails(body, says):
+    "on_a_detached_copy": ("p = PolyFunction.apply(x1.detach(), x2.detach())\n        r = x1 ** 3 + x2 ** 2\n"
+                           "        return (r + (p - r).detach()).sum() + 0 * PolyFunction.apply(x1, x2).sum()",
+                           "the gradient for `x1` is wrong"),
+    "discards_poly": (f"PolyFunction.apply(x1, x2)\n        return {RIGHT}", "Net's output should come from PolyFunction.apply"),
+    "on_the_visible_shape_only": (f"if x1.shape == (3,):\n            return PolyFunction.apply(x1, x2).sum()\n"
+                                  f"        return {RIGHT}", "Net's output should come from PolyFunction.apply"),
+    # The value from PolyFunction, the gradient computed by Net itself.
+    "its_own_gradient": ("p = PolyFunction.apply(x1, x2)\n        r = x1 ** 3 + x2 ** 2\n"
+                         "        return (p + (r - r.detach())).sum() - (p - p.detach()).sum()",
+                         "Net does not follow PolyFunction"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LOOKS_BUILT_ON))
+def test_a_net_that_only_looks_built_on_the_function_fails(name):
+    body, says = LOOKS_BUILT_ON[name]
     with pytest.raises(AssertionError, match=says.replace("(", r"\(").replace(")", r"\)")):
         _check(_net(body))
+
+
+# Issue 45: a PolyFunction whose backward is wrong (x2's gradient half the right one), and a Net that mends it: it
+# calls PolyFunction twice, the second time with x1 detached, so that x2's gradient path runs through it twice.
+# With PolyFunction shifted and its gradients scaled (the check before issue 45), Net followed. This one mends only
+# where PolyFunction's values are the polynomial's, and follows otherwise: it follows PolyFunction replaced by
+# another function (values and gradients), and not PolyFunction keeping its forward with another backward.
+MENDING = ("p = PolyFunction.apply(x1, x2)\n        if not torch.equal(p.detach(), (x1 ** 3 + x2 ** 2).detach()):\n"
+           "            return p.sum()\n        q = PolyFunction.apply(x1.detach(), x2)\n"
+           "        return (p + (q - q.detach())).sum()")
+
+
+def test_a_net_that_mends_a_wrong_backward_of_its_function_does_not_follow_it():
+    module = types.ModuleType("built_on_mending")
+    sys.modules[module.__name__] = module
+    exec(BROKEN_X2.replace("BODY", MENDING), module.__dict__)
+    x1, x2 = torch.randn(5, dtype=torch.float64, requires_grad=True), torch.randn(5, dtype=torch.float64, requires_grad=True)
+    module.Net()(x1, x2).backward()
+    assert torch.allclose(x2.grad, 2 * x2)  # right, with the real (wrong) PolyFunction: it mends it
+    with pytest.raises(AssertionError, match="keeping its forward but given the backward of another function"):
+        _check(module)
+    # An honest Net on the same wrong PolyFunction follows it (its own test, which compares with the right poly, fails).
+    honest = types.ModuleType("built_on_honest_on_broken")
+    sys.modules[honest.__name__] = honest
+    exec(BROKEN_X2.replace("BODY", "return PolyFunction.apply(x1, x2).sum()"), honest.__dict__)
+    with pytest.raises(AssertionError, match="the gradient for `x2` is wrong") as failure:
+        _check(honest)
+    assert "does not follow" not in str(failure.value)  # the unchanged check fails, not the follow checks
 
 
 def test_a_missing_function_is_named():
@@ -126,22 +165,25 @@ def test_a_missing_function_is_named():
         _check(module, shapes=((3,),))
 
 
-def test_the_stand_in_and_the_substituted_function_change_alike():
+@pytest.mark.parametrize("kind", ["values", "gradients"])
+def test_the_stand_in_and_the_substituted_function_change_alike(kind):
     """What the referee computes (the stand-in) and what the examinee runs (the student's Function, changed)."""
     module = _net("return PolyFunction.apply(x1, x2).sum()")
     x1, x2, g = (torch.randn(4, dtype=torch.float64, requires_grad=True) for _ in range(3))
-    Standin = stand_in("PolyFunction", lambda a, b: a ** 3 + b ** 2, seed=7)
+    Standin = stand_in("PolyFunction", lambda a, b: a ** 3 + b ** 2, change=(kind, 7))
     want = Standin.apply(x1, x2)
-    with substituted([module.PolyFunction], 7):  # (backward runs while it is changed too)
+    with substituted([module.PolyFunction], (kind, 7)):  # (backward runs while it is changed too)
         got = module.PolyFunction.apply(x1, x2)
         grads = torch.autograd.grad(got, (x1, x2), g)
-    shift, scale = perturbation(7, 0, got)
-    assert torch.allclose(got, x1 ** 3 + x2 ** 2 + shift) and torch.allclose(got, want)
+    poly = x1 ** 3 + x2 ** 2
+    (replaced,) = other(7, (x1, x2), (poly,))
+    assert torch.allclose(got, want) and torch.allclose(got, replaced if kind == "values" else poly)
     assert type(want.grad_fn).__name__ == type(got.grad_fn).__name__ == "PolyFunctionBackward"
-    for a, b in zip(grads, torch.autograd.grad(want, (x1, x2), g)):
-        assert torch.allclose(a, b)
-    assert torch.allclose(grads[0], g * scale * 3 * x1 ** 2)
-    assert 0.5 <= scale.min() and scale.max() < 1.5
+    right = torch.autograd.grad(replaced, (x1, x2), g)
+    for a, b, c in zip(grads, torch.autograd.grad(want, (x1, x2), g), right):
+        assert torch.allclose(a, b) and torch.allclose(a, c)
+    # Another function indeed: its gradient is not the polynomial's, nor a multiple of it
+    assert not torch.allclose(right[0] / (g * 3 * x1 ** 2), (right[0] / (g * 3 * x1 ** 2)).mean().expand(4))
 
 
 LAYER = '''

@@ -91,12 +91,46 @@ HIDING = {
     "a lambda on ctx": (dict(keep="ctx.f = lambda: x", get="ctx.f()"), "the input `x`) in a closure of a lambda"),
     "a tensor used as a dict key": (dict(before="_k = {}", keep="_k[x] = 1", get="_k.popitem()[0]"),
                                     "the input `x`) in the module-level dict `_k`"),
-    # Not a tensor at all: only what backward computes shows it.
+    # Not a tensor at all (issue 45): the values of the call, in whatever form, are found where they are kept.
     "its values as Python numbers": (dict(before="_v = []", keep="_v.append(x.tolist())",
                                           get="torch.tensor(_v[-1], dtype=result.dtype)"),
-                                     "backward does not compute from what forward saved: given the tensors a right "
-                                     "Function saves for other inputs (same shapes, other values), backward should "
-                                     "return the gradients at those inputs, and its gradient for `x` is another"),
+                                     "Sqrt keeps the values of the input `x` (as Python floats) in the module-level "
+                                     "list `_v`"),
+    # Used only where they agree with the saved output, so that backward computes from the saved output when given
+    # other tensors in its place: only where they are kept shows it.
+    "Python floats on ctx, used where they agree": (dict(
+        keep="ctx.values = x.tolist()",
+        get="(torch.tensor(ctx.values, dtype=result.dtype).reshape(result.shape) if torch.allclose("
+            "torch.tensor(ctx.values, dtype=result.dtype).reshape(result.shape).sqrt(), result) else result ** 2)"),
+        "Sqrt keeps the values of the input `x` (as Python floats) in `ctx.values`"),
+    "its bytes in a closure": (dict(before="import numpy as np\n\ndef _make():\n    box = []\n    def put(b):\n        box.append(b)\n"
+                                           "    def take():\n        return box.pop()\n    return put, take\n"
+                                           "put, take = _make()", keep="put(x.detach().numpy().tobytes())",
+                                    get="torch.tensor(np.frombuffer(take(), dtype=np.float64).copy())"),
+                               "the values of the input `x` (as bytes) in a closure of put"),
+    "a string of it in a module-level dict": (dict(before="_s = {}", keep="_s['x'] = str(x.tolist())",
+                                                   get="torch.tensor([float(v) for v in _s['x'][1:-1].split(',')])"),
+                                              "the values of the input `x` (written in a string) in the module-level "
+                                              "dict `_s`"),
+    "numpy scalars in a module-level dict": (dict(before="import numpy as np\n_s = {}", keep="_s['x'] = [np.float64(v) for v in x.tolist()]",
+                                                  get="torch.tensor([float(v) for v in _s['x']])"),
+                                             "the values of the input `x` (as numpy numbers) in the module-level dict `_s`"),
+    "float.hex on ctx": (dict(keep="ctx.h = [v.hex() for v in x.tolist()]",
+                              get="torch.tensor([float.fromhex(v) for v in ctx.h])"),
+                         "the values of the input `x` (written in a string) in `ctx.h`"),
+    "a cache of a function": (dict(before="import functools\n\n@functools.lru_cache\ndef _seen(values):\n"
+                                          "    return values", keep="_seen(tuple(x.tolist()))", get="result ** 2"),
+                              "the values of the input `x` (as Python floats)"),
+    "the output's values on ctx": (dict(keep="ctx.y = result.tolist()", get="result ** 2"),
+                                   "the values of the output (as Python floats) in `ctx.y`"),
+    # In an encoding of its own (the numbers times 3): not recognised where it is kept, but backward computes from it,
+    # which backward given other tensors in place of what forward saved shows.
+    "its values in an encoding of its own": (dict(before="_v = []", keep="_v.append([3 * v for v in x.tolist()])",
+                                                  get="torch.tensor(_v[-1], dtype=result.dtype) / 3"),
+                                             "backward does not compute from what forward saved: given the tensors a "
+                                             "right Function saves for other inputs (same shapes, other values), "
+                                             "backward should return the gradients at those inputs, and its gradient "
+                                             "for `x` is another"),
 }
 
 
@@ -123,7 +157,9 @@ def test_a_tensor_kept_anywhere_but_save_for_backward_fails_saying_where(how):
 
 
 @pytest.mark.parametrize("keep", ["ctx.shape = x.shape; ctx.n = x.numel(); ctx.flag = True; ctx.dtype = x.dtype",
-                                  "ctx.size = int(x.detach().numpy().size)", "ctx.scale = 2.0"])
+                                  "ctx.size = int(x.detach().numpy().size)", "ctx.scale = 2.0",
+                                  "ctx.names = ['x', 'y']; ctx.note = 'saved the output, 12 elements'",
+                                  "ctx.mean = float(x.mean())"])
 def test_numbers_flags_and_shapes_on_ctx_pass(keep):
     Sqrt = _sqrt(f"honest_{abs(hash(keep))}", keep=keep, get="result ** 2")
     for _ in range(2):

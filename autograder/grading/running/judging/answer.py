@@ -29,7 +29,7 @@ from autograder.grading.running.confinement.audit import CHECKPOINT
 from autograder.grading.running.judging.autograd_use import Watch, graph_nodes
 from autograder.grading.running.messages.wire import Unsupported, decode, encode
 from autograder.student.checker import diagnoses
-from autograder.student.checker.built_on import substituted
+from autograder.student.checker.built_on import CHANGES, substituted
 from autograder.student.checker.callables import argument_names, graph_names
 from autograder.student.checker.devices import device_record
 from autograder.student.checker.harness import as_data
@@ -55,7 +55,9 @@ def answer(request: dict, namespace: dict, harnesses: dict | None = None) -> dic
 
     ``namespace`` holds the student's objects; ``harnesses`` the instructor's functions ``check_with``
     runs them with (the same namespace when not given). A request with ``built_on`` is answered with the
-    student's Functions it names changed in known ways (``autograder.student.checker.built_on``)."""
+    student's Functions it names replaced by another function of the same inputs
+    (``autograder.student.checker.built_on``); one with ``pieces``, with the course's pieces in place of the
+    student's launchers (``autograder.student.checker.pieces``)."""
     pieces = request.get("pieces") if isinstance(request, dict) else None
     if pieces is not None:  # the course's pieces in place of the student's launchers (checker.pieces.on_pieces)
         called: set = set()
@@ -75,7 +77,8 @@ def answer(request: dict, namespace: dict, harnesses: dict | None = None) -> dic
                 return {"error": f"NameError: no torch.autograd.Function named {name} in your notebook"}
             if _not_genuine(piece):
                 return {"error": _not_genuine(piece)}
-        changes = substituted(pieces, int(order["seed"]))
+        changes = substituted(pieces, (str(order["kind"]) if order.get("kind") in CHANGES else "values",
+                                       int(order["seed"])))
     except (KeyError, TypeError, ValueError) as error:
         return {"error": f"could not be checked: a malformed request ({type(error).__name__})"}
     with changes:
@@ -201,20 +204,28 @@ def _answer_diagnosis(function, request: dict, _audit=sys.audit, _checkpoint=CHE
 
 
 def _answer_data(run, request: dict, harnesses: dict, _audit=sys.audit, _checkpoint=CHECKPOINT) -> dict:
-    """A plain result: the student's function on these arguments, or the notebook's harness run with its object."""
+    """A plain result: the student's function on these arguments, or the notebook's harness run with its object.
+    Where the exercise forbids autograd (``forbid_autograd``), the function runs under the profiler (a harness may use
+    autograd itself: it does not)."""
     args = [decode(a) for a in request["args"]]
+    watching = request["kind"] != "with" and bool(request.get("forbid_autograd"))
     if request["kind"] == "with":
         harness = harnesses.get(str(request["harness"]))
         if not isinstance(harness, types.FunctionType):
             return {"error": f"NameError: no function {request['harness']} in your notebook (it is given: run its cell)"}
         result = as_data(harness(run, *args))
     else:
-        result = as_data(run(*args))
+        with Watch() if watching else contextlib.nullcontext() as watch:
+            result = as_data(run(*args))
+            _audit(_checkpoint)
     _audit(_checkpoint)
     try:
-        return {"error": None, "result": encode(result)}
+        reply = {"error": None, "result": encode(result)}
     except Unsupported:
         return {"error": f"TypeError: the result is a {type(result).__name__}, not plain data"}
+    if watching:
+        reply["autograd_in_backward"] = watch.found(graph_nodes(()))
+    return reply
 
 
 def _answer_kernel(run, args: list, strided: bool, rows: bool = True, also: dict | None = None, watch: bool = False,

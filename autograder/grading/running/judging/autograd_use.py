@@ -11,7 +11,9 @@ whoever ran it, and forward-mode AD records ``aten::_make_dual``. So the examine
 under the profiler: during forward no node may run, and during backward only the nodes of the graph
 the check built (the student's own node, and the copies an in-place check makes), each once.
 Torch's own derivative kernels (``aten::softplus_backward``) count too. ``tests/grading/test_examinee.py``
-pins these facts on the installed torch, path by path.
+pins these facts on the installed torch, path by path. The examinee also runs each answer cell under a ``Watch``
+(no node may run then): an exercise that requires a derived backward (``requires(..., autograd=False)``) fails
+where a cell that shares state with it ran autograd, as a derivative fitted at cell time would.
 
 The profiler records the thread that started it: in the examinee no other thread or process can start
 (``autograder.grading.running.confinement.one_thread``), so it sees everything an answer runs. A ``Watch``

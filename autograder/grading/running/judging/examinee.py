@@ -12,7 +12,11 @@ the same way (with a uid of its own), that runs only
 - the student's answer cells (the submission's cells that match the source's solution cells by nbgrader
   grade id, else by cell id), each only if the scan finds nothing it refuses (``scan``),
 
-in notebook order, and then answers (``answer``). The student's other cells never run here. Before the
+in notebook order, and then answers (``answer``). The student's other cells never run here. Each answer cell runs
+under torch's profiler (``autograd_use.Watch``): what autograd ran while it ran is said in every reply about an
+object whose exercise forbids it (``requires(..., autograd=False)``) and whose cell shares state with it
+(``_cells_of``); the course's self-checks the given cells import (``check_function``, ``gradcheck``) do nothing in
+the answer cells here. Before the
 first cell it is confined: no thread or process can start (``confinement.one_thread``, seccomp), and
 audit hooks refuse what answers never need (``confinement.audit``: frames, the garbage collector's
 objects, strings made into code, ctypes, files); a check during which an answer was refused fails, saying
@@ -42,6 +46,7 @@ import tempfile
 import time
 import types
 import warnings
+from collections import Counter
 
 from autograder.grading.running.confinement import audit, lifetime, one_thread, processes
 
@@ -55,6 +60,8 @@ from autograder.grading.running.confinement.sandbox import UID_BASE
 ONLY_ANSWER_CELLS = ("the grader runs only the notebook's given cells and your answer cells, in order, so "
                      "whatever an answer uses must be defined in its answer cell")
 ANSWER_BYTES = 64 * 1024**2
+SELF_CHECKS_APART = ("the grader runs your answer cells with autograd watched: a check you run yourself, such as a "
+                     "training step, belongs in a cell of its own")
 
 
 # ----------------------------------------------------------------------------------------
@@ -225,10 +232,14 @@ class Answers:
         # The answering code, bound before any answer runs (here, not on import: the grader's own process
         # imports this module and must not import torch).
         from autograder.grading.running.judging.answer import answer
+        from autograder.grading.running.judging.autograd_use import Watch
 
         # Without the audit hook, which refuses replacing a function's code or defaults as it happens, the guard
         # compares them after each answer cell (~2,000 audit events a comparison, where a hook sees them).
         self._answer, self.refusals, self.functions = answer, refusals or list, refusals is None
+        self._watch, self._no_nodes = Watch, Counter()
+        self.autograd_in_cells: dict[str, str] = {}  # an answer cell's grade id -> what autograd ran while it ran
+        self.cells_of: dict[str, set] = _cells_of(steps)  # a name an answer cell defines -> the cells it shares state with
         self.given, self.answers = _namespace("autograder_examinee_given"), _namespace("autograder_examinee_answers")
         self.missing: dict[str, str] = {}  # a name the solution defines -> why the answers do not define it
         self.refused: set[str] = set()  # the names of answer cells the scan refused: said even where the cell failed
@@ -243,9 +254,11 @@ class Answers:
                 _run_whole(step["source"], self.given, limit)
                 self.answers.update({k: v for k, v in self.given.items()
                                      if not k.startswith("__") and self.answers.get(k) is not v})
+                _set_aside_self_checks(self.answers)
             elif step["kind"] == "given":
                 for namespace in (self.given, self.answers):
                     _run_definitions(step["source"], namespace, limit)
+                _set_aside_self_checks(self.answers)
             elif step["kind"] == "test":
                 _run_definitions(step["source"], self.given, limit)
             else:
@@ -256,9 +269,11 @@ class Answers:
     def _run_answer(self, step: dict, limit: float) -> None:
         why = step["why"]
         if why is None:
+            watch = self._watch()  # what autograd runs while the cell runs: an exercise may forbid any (``requires``)
             try:
                 signal.setitimer(signal.ITIMER_REAL, limit)
-                exec(_compiled(step["source"], f"<answer {step['grade_id']}>"), self.answers)
+                with watch:
+                    exec(_compiled(step["source"], f"<answer {step['grade_id']}>"), self.answers)
             except CellTimeout:
                 why = f"your answer cell '{step['grade_id']}' ran past the {limit:g} s limit when the grader ran it"
             except BaseException as error:  # noqa: BLE001 (its error is the student's, said in each check)
@@ -266,6 +281,10 @@ class Answers:
                        f"{type(error).__name__}: {str(error)[:300]}" + _hint(error))
             finally:
                 signal.setitimer(signal.ITIMER_REAL, 0)
+            ran = watch.found(self._no_nodes) if hasattr(watch, "profile") else None
+            if ran:
+                self.autograd_in_cells[step["grade_id"]] = (f"when the grader ran your answer cell '{step['grade_id']}', "
+                                                            f"{ran} ({SELF_CHECKS_APART})")
             done = self.refusals()
             if done:  # whatever the cell defined is not used: a check of it could not see all it does
                 why = f"your answer cell '{step['grade_id']}' {done[0]} when the grader ran it: {audit.WHY} (refused)"
@@ -310,6 +329,9 @@ class Answers:
                 reply = {"error": audit.message(done[0])}
             if str(reply.get("error")).startswith("NameError") and target not in self.missing:
                 reply["error"] += f" ({ONLY_ANSWER_CELLS})"
+            if request.get("autograd_cells") is True:  # (an exercise that forbids autograd: what its cells ran)
+                reply["autograd_in_cells"] = next((self.autograd_in_cells[cell] for cell in self.cells_of.get(target, ())
+                                                   if cell in self.autograd_in_cells), None)
             replies.append(reply)
             self._check()  # before the reply goes back, and after the batch
         self._check()
@@ -318,6 +340,86 @@ class Answers:
             replies = [{"error": f"tampering found: {shown} {'was' if len(self.tampered) == 1 else 'were'} changed "
                                  f"while the grader ran your answers (restored); no check of them counts"}] * len(replies)
         return replies
+
+
+def _cells_of(steps: list[dict]) -> dict[str, list]:
+    """For each name an answer cell defines, the answer cells (grade ids, in order) that share state with its cell:
+    two cells share state where one uses or binds a global name the other binds (not an import: a module or a
+    function imported is no one's state), and the sharing is followed from cell to cell. Autograd run by a cell
+    outside that group cannot reach what the name computes; run by one inside it, it can."""
+    cells = [s for s in steps if s["kind"] in ("answer", "given") and s.get("source")]
+    names = [_global_names(s["source"]) for s in cells]
+    imported = set().union(*(found[2] for found in names)) if names else set()
+    group = list(range(len(cells)))
+
+    def root(i: int) -> int:
+        while group[i] != i:
+            group[i] = group[group[i]]
+            i = group[i]
+        return i
+
+    by_name: dict[str, list[int]] = {}
+    for i, (binds, uses, _) in enumerate(names):
+        for name in (binds | uses) - imported:
+            by_name.setdefault(name, []).append(i)
+    for name, where in by_name.items():
+        if any(name in names[i][0] for i in where):  # (a name that no cell binds is a builtin, or missing)
+            for i in where[1:]:
+                group[root(i)] = root(where[0])
+    found: dict[str, list] = {}
+    for i, step in enumerate(cells):
+        if step["kind"] == "answer":
+            together = [c["grade_id"] for j, c in enumerate(cells) if c["kind"] == "answer" and root(j) == root(i)]
+            found.update({name: together for name in step["names"]})
+    return found
+
+
+def _global_names(source: str) -> tuple[set, set, set]:
+    """(the global names a cell binds, not by an import; the global names it uses or binds anywhere, functions and
+    classes included; the names it imports), read with ``symtable`` (Python's own scoping)."""
+    import symtable
+
+    try:
+        table = symtable.symtable(source, "<cell>", "exec")
+    except SyntaxError:
+        try:
+            table = symtable.symtable(ipython_python(source), "<cell>", "exec")
+        except SyntaxError:
+            return set(), set(), set()
+    top = table.get_symbols()
+    binds = {s.get_name() for s in top if s.is_assigned() and not s.is_imported()}
+    imported = {s.get_name() for s in top if s.is_imported()}
+    uses, todo = set(), list(table.get_children())
+    uses.update(s.get_name() for s in top)
+    while todo:
+        scope = todo.pop()
+        uses.update(s.get_name() for s in scope.get_symbols() if s.is_global())
+        binds.update(s.get_name() for s in scope.get_symbols() if s.is_declared_global() and s.is_assigned())
+        todo.extend(scope.get_children())
+    return binds, uses, imported
+
+
+def _set_aside_self_checks(namespace: dict) -> None:
+    """The checks the given cells import for the student's own use (``check_function``, ``gradcheck``), as the answer
+    cells see them here: they do nothing (``gradcheck`` passes). A self-check in an answer cell decides nothing (the
+    referee's checks do), and what it runs would be autograd seen while the answer cells ran (``requires``)."""
+    import autograder
+    import torch
+
+    checks = {id(getattr(autograder, name)): name for name in autograder.__all__ if name.startswith("check_")}
+    checks.update({id(torch.autograd.gradcheck): "gradcheck", id(torch.autograd.gradgradcheck): "gradgradcheck"})
+    for key, value in list(namespace.items()):
+        if id(value) in checks:
+            namespace[key] = _set_aside(checks[id(value)])
+
+
+def _set_aside(name: str):
+    def check(*args, **kwargs):
+        return True if name.endswith("gradcheck") else None
+
+    check.__name__ = check.__qualname__ = name
+    check.__doc__ = "The grader runs no self-check in an answer cell: the referee's checks decide."
+    return check
 
 
 def _namespace(name: str) -> dict:

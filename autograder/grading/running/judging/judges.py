@@ -19,7 +19,7 @@ from autograder.grading.running.messages.wire import Unsupported, decode, encode
 JUDGES = ("check_function", "check_forward", "check_callable", "check_built_on", "check_saved", "check_values",
           "check_with", "explain_known_mistakes", "explain_non_finite", "check_backward_size", "check_keeps_dtype",
           "check_device", "check_kernel", "check_backward_kernel", "check_attention_forward", "check_attention_backward",
-          "on_pieces")
+          "on_pieces", "requires")
 TRANSFORMS = ("vmap", "forward_ad", "double_backward", "compile", "mutates")  # judged from both sides' results
 ALLOWED = {"autograd_in_backward"}  # a permission: backward may call autograd (gradient checkpointing)
 
@@ -70,9 +70,31 @@ UNAVAILABLE = _Unavailable()
 
 
 class Judges(KernelJudges):
-    """The checks a test cell may call; they queue ``(request, compare)`` pairs on ``self.pending``."""
+    """The checks a test cell may call; they queue ``(request, compare)`` pairs on ``self.pending``, judged by the
+    requirement stated for their object (``requires``) where there is one."""
 
     pending: list
+    contracts: dict  # the student's name -> its exercise's Contract (autograder.student.checker.contracts)
+
+    def requires(self, objects, requirement, autograd: bool = True, exact: bool = False) -> None:
+        """What the test's ``requires`` states: the exercise's requirement, which every later check of ``objects``
+        (the student's object, or a tuple of them) is judged by too (``_queue``)."""
+        from autograder.student.checker.contracts import contracts_of
+
+        named = list(objects) if isinstance(objects, (tuple, list)) else [objects]
+        if not all(isinstance(o, StudentObject) for o in named):
+            raise Unsupported("not a requirement of the student's objects")
+        self.contracts.update(contracts_of([o.name for o in named], requirement, autograd, exact))
+
+    def _queue(self, function, request: dict, compare, exact: tuple | None = None) -> None:
+        """Queue ``(request, compare)``, judged by the requirement stated for ``function`` too, where there is one
+        (``requirements.judged_by``; ``exact``: (reference, leaves, grad, upstream) of a check of gradients)."""
+        contract = self.contracts.get(function.name) if isinstance(function, StudentObject) else None
+        if contract is not None:
+            from autograder.grading.running.judging.requirements import judged_by
+
+            compare = judged_by(function.name, contract, request, compare, exact)
+        self.pending.append((request, compare))
 
     @staticmethod
     def _is_student(function) -> bool:
@@ -100,33 +122,38 @@ class Judges(KernelJudges):
                        atol: float | None = None) -> None:
         """What the test's ``check_built_on`` decides (``autograder.student.checker.built_on``): the student's object
         (or the ``harness`` run with it) matches ``reference`` built on stand-ins of the pieces ``on`` names, and still
-        does with the student's pieces changed in the examinee and the stand-ins changed the same way here."""
+        does with the student's pieces replaced in the examinee by another function of the same inputs (its values
+        and gradients, then its gradients alone) and the stand-ins replaced alike here."""
         import torch
 
-        from autograder.student.checker.built_on import follows_problem, stand_in
+        from autograder.student.checker.built_on import CHANGES, follows_problem, stand_in
 
         if not (isinstance(on, dict) and on and all(isinstance(n, str) and n.isidentifier() for n in on)):
             raise Unsupported("check_built_on needs on={the Function's name: its reference}")
         names, seed = list(on), int(torch.randint(0, 2**31 - 1, ()))
-        for changed in (None, seed):
-            built = reference(*[stand_in(n, piece, changed).apply for n, piece in on.items()])
+        contract = self.contracts.get(function.name) if isinstance(function, StudentObject) else None
+        requirement = contract.requirement if contract is not None else None
+        for change in (None, *((kind, seed) for kind in CHANGES)):
+            built = reference(*[stand_in(n, piece, change).apply for n, piece in on.items()])
             if harness is not None:
                 self.check_with(harness, function, built, *args, rtol=1e-9 if rtol is None else rtol,
                                 atol=0.0 if atol is None else atol)
             else:
                 self._judge(function, built, args, 1e-6 if rtol is None else rtol, 1e-8 if atol is None else atol,
-                            False, (), {}, backward=True, kind="call", uses=tuple(names) if changed is None else ())
-            if changed is not None:  # the examinee answers with the student's pieces changed as the stand-ins are
+                            False, (), {}, backward=True, kind="call", uses=tuple(names) if change is None else ())
+            if change is not None:  # the examinee answers with the student's pieces changed as the stand-ins are
                 request, compare = self.pending.pop()
-                request["built_on"] = {"pieces": names, "seed": changed}
-                self.pending.append((request, lambda reply, compare=compare: (
-                    lambda found: found and follows_problem(function.name, names, found))(compare(reply))))
+                request["built_on"] = {"pieces": names, "kind": change[0], "seed": change[1]}
+                self.pending.append((request, lambda reply, compare=compare, kind=change[0]: (
+                    lambda found: found and follows_problem(function.name, names, found, kind, requirement))(
+                        compare(reply))))
 
     def check_saved(self, function, reference, *args, saves=None, max_saved: int | None = None,
                     inplace: bool = False, rtol: float = 1e-6, atol: float = 1e-8) -> None:
         """What the test's ``check_saved`` call decides: the tensors the Function keeps for backward."""
         import torch
 
+        from autograder.student.checker.contracts import broken
         from autograder.student.checker.saved import expected_saved, saved_problem, swap_plan, swap_problem
 
         if not isinstance(function, StudentObject):
@@ -171,7 +198,8 @@ class Judges(KernelJudges):
                 return as_found(function.name, "saved something that is not a tensor of a plain dtype")
             problem = (saved_problem(function.name, saved, kept, expected, max_saved, largest, rtol, atol)
                        or (plan and swap_problem(function.name, swap, plan, input_names(reply, sum(grad)), rtol, atol)))
-            return problem and as_found(function.name, problem, named=True)
+            contract = self.contracts.get(function.name)
+            return problem and as_found(function.name, broken(contract and contract.requirement, problem), named=True)
 
         self.pending.append((request, compare))
 
@@ -214,7 +242,7 @@ class Judges(KernelJudges):
             return as_found(function.name, f"{function.name}{tuple(short(a) for a in args)} gives {short(got)}, "
                                          f"expected {short(want)}", named=True)
 
-        self.pending.append((request, compare))
+        self._queue(function, request, compare)
 
     def explain_known_mistakes(self, function, args, mistakes, seed=0) -> None:
         """What the test's ``explain_known_mistakes`` finds: which known wrong derivation backward returns, if any."""
@@ -341,7 +369,7 @@ class Judges(KernelJudges):
                                                                  names), named=True)
             return problem and as_found(function.name, problem)
 
-        self.pending.append((request, compare))
+        self._queue(function, request, compare, exact=(reference, leaves, grad, upstream) if backward else None)
 
     @staticmethod
     def _compare(leaves, grad, expected, upstream, reply, rtol, atol, who, function: bool = False) -> str | None:

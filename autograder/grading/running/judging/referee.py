@@ -172,6 +172,7 @@ class Referee(Judges):
         self.namespace["print"] = lambda *args, **kwargs: None  # the student's process prints the cell's output
         self.pending: list[tuple[dict, object]] = []  # the cell being planned: (request, what judges its reply)
         self.plans: dict[str, Plan] | None = None
+        self.contracts: dict = {}  # the exercises' requirements (``requires``), stated in the test cells
 
     def plan(self) -> list[str]:
         """Run every cell once now; return the test cells the referee decides (their hidden tests run here only)."""
