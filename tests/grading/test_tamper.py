@@ -39,7 +39,7 @@ def test_the_checker_has_the_modules_the_guard_expects():
     names = {m.__name__.rpartition(".")[2] for m in CHECKER_MODULES[1:]}
     assert names == {"references", "messages", "core", "optional", "callables", "saved", "harness", "named",
                      "transforms", "diagnoses", "devices", "kernels", "flags", "kept", "built_on", "attention", "operators", "layouts", "patterns",
-                     "overwrites", "launches", "kernel_patterns", "attention_math", "layer_norm", "pieces"}
+                     "overwrites", "launches", "kernel_patterns", "attention_math", "layer_norm", "pieces", "contracts", "values"}
 
 
 @pytest.mark.parametrize("module", CHECKER_MODULES, ids=lambda m: m.__name__)
