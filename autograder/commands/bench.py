@@ -20,11 +20,21 @@ def add_arguments(parser) -> None:
                         help="instead, time the student's `check` end to end on blank and filled-in 01, 05 and 09 "
                              "(after the first check, which starts its warm process)")
     parser.add_argument("--runs", type=int, default=5, help="with --check: checks of each notebook (default 5)")
+    parser.add_argument("--cells", metavar="ASSIGNMENT_OR_NOTEBOOK",
+                        help="instead, what each cell and each check of one notebook costs, in CPU seconds and in "
+                             "programs Triton's interpreter runs: the notebook's cells (the test cells' visible part), "
+                             "then its tests as the referee judges them, the examinee's answers made here (an "
+                             "assignment's name: its solution notebook)")
 
 
 def run(args, course: Course) -> int:
     from autograder.grading.bench import bench, bench_check, profile
 
+    if args.cells:
+        from autograder.grading.bench import bench_cells
+
+        bench_cells(course, args.cells)
+        return 0
     if args.check:
         bench_check(course, args.runs)
         return 0

@@ -169,6 +169,27 @@ def bench_check(source: Course, runs: int = 5, assignments: tuple[str, ...] = CH
     return {"first": first, "times": times}
 
 
+def bench_cells(source: Course, which: str, out=sys.stdout) -> None:
+    """``bench --cells``: what each cell and check of one notebook costs (``measure.cell_costs``), judged against
+    the instructor's solutions (an assignment's name: its solution notebook itself)."""
+    import json
+
+    from autograder.grading.measure import cell_costs, print_cell_costs
+    from autograder.grading.records.submissions import read_submission
+    from autograder.grading.selfcheck import assignment_of
+
+    os.environ["TRITON_INTERPRET"] = "1"  # as in grading (before anything imports triton)
+    path = Path(which)
+    if not path.is_file():
+        path = source.solutions / which / f"{which}.ipynb"
+    submitted = read_submission(path)
+    assignment, _ = assignment_of(path, submitted, source)
+    solution = json.loads((source.solutions / assignment / f"{assignment}.ipynb").read_text(encoding="utf-8"))
+    print(f"{path}: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+          f"{time.strftime('%Y-%m-%d %H:%M')}", file=out)
+    print_cell_costs(*cell_costs(submitted, solution), out)
+
+
 def profile(source: Course, students: int = 12, out=sys.stdout) -> dict[str, float]:
     """Where one notebook's time goes in ``grade``: each step's mean, run one notebook at a time.
 
