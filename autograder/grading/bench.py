@@ -96,11 +96,13 @@ def _timed(course: Course, command: list[str], metered=None):
 
 
 def bench(source: Course, students: int = 40, jobs: int | None = None, out=sys.stdout,
-          kernel_students: int = 3, assignments: tuple[str, ...] = (ASSIGNMENT, *KERNELS)) -> dict:
+          kernel_students: int = 0, assignments: tuple[str, ...] = (ASSIGNMENT, *KERNELS)) -> dict:
     """Grade the same submissions with both command lines, assignment by assignment (01's demo class, ``students``
-    notebooks; ``kernel_students`` right notebooks of 10 and of 11); print for each the wall-clock time and the CPU
-    seconds of all processes of each command, per notebook (``measure.Metered``), and a table of them at the end;
-    return 01's figures (times, ratio, score differences) with every assignment's under ``"assignments"``."""
+    notebooks; ``kernel_students`` right notebooks of 10 and of 11, none unless asked: ``make bench-grade`` asks
+    for 3); print for each the wall-clock time and the CPU seconds of all processes of each command, per notebook
+    (``measure.Metered``), and a table of them at the end; return 01's figures (times, ratio, score differences)
+    with every assignment's under ``"assignments"``."""
+    assignments = tuple(a for a in assignments if a == ASSIGNMENT or kernel_students > 0)
     from autograder.grading.measure import Metered
 
     metered = Metered()
