@@ -79,3 +79,38 @@ def test_numpy_dtypes_are_the_interpreters_own_for_scalars_blocks_and_pointers()
         assert interpreter._get_np_dtype(dtype) == interpreter._get_np_dtype(block)
         assert interpreter._get_np_dtype(pointer) == interpreter._get_np_dtype(tl.block_type(pointer, [4])) == "uint64"
     assert str(interpreter._get_np_dtype(tl.bfloat16)) == "uint16"  # (bfloat16 is stored as 16 bits)
+
+
+@triton.jit
+def _erf_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offsets, tl.math.erf(tl.load(x_ptr + offsets, mask=offsets < n)), mask=offsets < n)
+
+
+def test_erf_of_float32_is_the_interpreters_own_lane_by_lane_value_and_torch_s_modes_do_not_see_it():
+    import math
+
+    import numpy as np
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    lighten_interpreter()
+    generator = np.random.default_rng(0)
+    magnitudes = 10.0 ** generator.uniform(-40, 2, 200_000)  # subnormal to saturated, both signs
+    x = torch.from_numpy(np.concatenate([magnitudes * generator.choice([-1.0, 1.0], magnitudes.size),
+                                         [0.0, -0.0, np.inf, -np.inf, np.nan]]).astype(np.float32))
+    lane_by_lane = torch.from_numpy(np.vectorize(math.erf, otypes=[np.float32])(x.numpy()))
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    y = torch.empty_like(x)
+    with Ops() as seen:
+        _erf_kernel[(triton.cdiv(x.numel(), 8192),)](x, y, x.numel(), BLOCK=8192)
+    assert torch.equal(y.view(torch.int32), lane_by_lane.view(torch.int32))  # bit for bit: -0.0 and NaN included
+    assert not any("erf" in op for op in seen.ops), seen.ops  # (the launch's own copies it does see)
