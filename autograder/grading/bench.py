@@ -149,7 +149,8 @@ def _bench_one(source: Course, assignment: str, students: int, jobs: int | None,
         nbgrader = _timed(theirs, [sys.executable, "-m", "nbgrader", "autograde", assignment, "--log-level=ERROR"],
                           metered)
         print(f"    {nbgrader.line()}", file=out)
-        ours_command = [sys.executable, "-m", "autograder", "grade", assignment] + (["--jobs", str(jobs)] if jobs else [])
+        ours_command = [sys.executable, "-m", "autograder", "grade", assignment] + (
+            ["--jobs", str(jobs)] if jobs else [])
         print(f"[{load()}]\n  python -m autograder grade {assignment}  (no gradebook yet) ...", file=out, flush=True)
         first = _timed(ours, ours_command, metered)
         print(f"    {first.line()}", file=out)

@@ -103,9 +103,9 @@ def guard_memory() -> bool:
 
 
 def lighten_interpreter() -> bool:
-    """Leave out two things Triton's interpreter does for nothing (idempotent; True once done): kernels compute the
-    same values and raise the same errors, about twice as fast. Installed by ``guard_memory()`` and by grading's warm
-    process; nothing where kernels are not interpreted, or where the interpreter is built otherwise.
+    """Leave out work Triton's interpreter does for nothing, or lane by lane (idempotent; True once done): kernels give
+    the same values and raise the same errors, about twice as fast. Installed by ``guard_memory()`` and by grading's
+    warm process; nothing where kernels are not interpreted, or where the interpreter is built otherwise.
 
     - Overflow checks whose result is thrown away: with its default options (``debug`` off) the interpreter still
       redoes every int32 ``+``, ``-`` and ``*`` of a kernel in int64 and compares the result with int32's range, for

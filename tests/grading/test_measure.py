@@ -14,7 +14,7 @@ import pytest
 from autograder.grading.measure import Metered, cell_costs
 from autograder.grading.running.messages.protocol import short_name, start
 
-BURN = "import time\nwhile time.process_time() < 0.3: pass\n"  # 0.3 s of this process's own CPU, however busy the machine
+BURN = "import time\nwhile time.process_time() < 0.3: pass\n"  # 0.3 s of its own CPU, however busy the machine
 
 
 def _comm(connection) -> None:
@@ -77,7 +77,8 @@ def double(x):
 def test_cell_costs_counts_the_programs_of_each_cell_and_of_each_check():
     pytest.importorskip("triton")
     notebook = {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [
-        _cell("given", "import torch\nimport triton\nimport triton.language as tl\nfrom autograder import check_values"),
+        _cell("given", "import torch\nimport triton\nimport triton.language as tl\n"
+                       "from autograder import check_values"),
         _cell("answer", KERNEL, "double"),
         _cell("test", "double(torch.arange(30.0))  # 4 programs of 8\ncheck_values(double, lambda x: 2 * x, "
                       "torch.arange(30.0))\n### BEGIN HIDDEN TESTS\ncheck_values(double, lambda x: 2 * x, "

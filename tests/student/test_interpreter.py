@@ -36,8 +36,8 @@ def test_kernels_compute_what_torch_does_and_stay_inside_the_memory_guard(dtype)
     y, total = torch.empty_like(x), torch.zeros(1, dtype=torch.float32)
     _row_stats_kernel[(5,)](x, y, total, 37, BLOCK=64)
     centred = x.float() - x.float().mean(1, keepdim=True)
-    torch.testing.assert_close(y, (2 * centred).to(dtype), rtol=1e-2 if dtype in (torch.float16, torch.bfloat16) else 1e-5,
-                               atol=1e-2 if dtype in (torch.float16, torch.bfloat16) else 1e-5)
+    tolerance = 1e-2 if dtype in (torch.float16, torch.bfloat16) else 1e-5
+    torch.testing.assert_close(y, (2 * centred).to(dtype), rtol=tolerance, atol=tolerance)
     torch.testing.assert_close(total, centred.abs().amax(1).sum().reshape(1), rtol=1e-5, atol=1e-5)
 
 
@@ -50,7 +50,7 @@ def test_builtins_are_listed_once_per_module_not_at_every_launch(monkeypatch):
     real = inspect.getmembers
     monkeypatch.setattr(inspect, "getmembers", lambda *args, **kwargs: listed.append(args[0]) or real(*args, **kwargs))
     _row_stats_kernel[(3,)](x, y, total, 10, BLOCK=16)
-    assert listed == []  # 3 programs, each calling tl.sum and tl.max: without the list kept, 6 modules a launch and a call
+    assert listed == []  # 3 programs calling tl.sum and tl.max: without the list kept, 6 modules a launch and a call
 
 
 def test_overflow_checks_that_could_fail_nothing_are_left_out_and_kept_where_debug_makes_them_count():
