@@ -14,7 +14,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 .DEFAULT_GOAL := help
 .PHONY: help install lab test release validate clean browser postgres book book-serve benchmark gpu-check \
-        roster collect deadline grade feedback report similarity export-grades demo bench-grade bench-check \
+        roster collect deadline grade feedback report similarity export-grades demo bench-grade bench-check bench-cells \
         student-dist self-study-dist
 
 help:  ## List the targets
@@ -100,11 +100,14 @@ export-grades: install  ## Grades of A for the LMS in grading/exports/A/: Canvas
 demo: install  ## Instructor quick start: the whole workflow (deadline, similarity, export too) on the demo class
 	$(BIN)/python -m autograder demo
 
-bench-grade: install  ## Time `grade` and sequential `nbgrader autograde` (whole commands) on N (40) submissions
+bench-grade: install  ## CPU and time of `grade` and sequential `nbgrader autograde` on N (40) of 01, 3 right of 10 and 11
 	$(BIN)/python -m autograder bench --students $(N)
 
-bench-check: install  ## Time the student's `check` (whole command) on blank and filled-in 01, 05 and 09, and check_function
+bench-check: install  ## CPU and time of the student's `check` (whole command) on blank and filled-in 01, 05, 09, 10, 11; then check_function
 	$(BIN)/python -m autograder bench --check
+
+bench-cells: install  ## CPU and Triton programs of each cell and check of A's solution (make bench-cells A=11_flash_attention)
+	$(BIN)/python -m autograder bench --cells $(A)
 
 benchmark: install  ## Time CPU vs GPU; write assignment 07's reference data and figures
 	$(BIN)/python -m autograder.authoring.record_timings

@@ -1,27 +1,31 @@
 """``make bench-grade``: this course's grader against plain sequential ``nbgrader autograde``, as users run them.
 
-Both grade the same N generated submissions of assignment 01 (copies of the demo class: right,
-partly right, typical bugs, a syntax error) in two throwaway copies of the course, in the same
-run, each timed as the whole command-line process an instructor types:
+Both grade the same generated submissions in two throwaway copies of the course, in the same run, each
+measured as the whole command-line process an instructor types: N of assignment 01 (copies of the demo
+class: right, partly right, typical bugs, a syntax error), then a few right notebooks (the release filled in
+with the solutions' answers) of each Triton assignment, 10 and 11, whose kernels run in Triton's interpreter:
 
-- ``nbgrader autograde 01_first_function``, on a gradebook that already holds the assignment
-  (``nbgrader generate_assignment`` ran before, untimed, as it does at release time);
-- ``python -m autograder grade 01_first_function`` on a course with no gradebook yet, so its time
+- ``nbgrader autograde ASSIGNMENT``, on a gradebook that already holds the assignment
+  (``nbgrader generate_assignment`` ran before, unmeasured, as it does at release time);
+- ``python -m autograder grade ASSIGNMENT`` on a course with no gradebook yet, so its cost
   includes Python's start, imports, the warm process, making the gradebook and recording the
   assignment in it.
 
-It prints both times, the ratio, seconds per notebook, the machine's load (other work on the
-machine slows both), and whether every score is identical; then the time of a second ``grade``
-with nothing changed.
+For each it prints the wall-clock time and the CPU seconds of every process of the command (a cgroup v1
+``cpuacct`` group: ``autograder.grading.measure``; on a shared machine wall-clock time says more about the
+neighbours), per notebook, the machine's load, whether every score is identical, and the time of a second
+``grade`` with nothing changed; then one table of them all.
 
-    python -m autograder bench --students 40
+    python -m autograder bench --students 40 --kernel-students 3
 
-``bench --check`` (``make bench-check``) times the student's ``check`` instead (``bench_check``), and one
-``check_function`` call in this process (``bench_check_function``: a figure, not a test's bound).
+``bench --check`` (``make bench-check``) measures the student's ``check`` instead (``bench_check``), then one
+``check_function`` call in this process (``bench_check_function``: a figure, not a test's bound), and
+``bench --cells NOTEBOOK`` what each cell and each check of one notebook costs (``bench_cells``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import shutil
@@ -35,101 +39,152 @@ from pathlib import Path
 from nbgrader.api import Gradebook
 
 from autograder.course import Course
+from autograder.grading.measure import load
 from autograder.grading.demo.make_demo import ASSIGNMENT, demo_notebooks, filled_release, solution_answers
 
 
-def _course_with_submissions(source: Course, root: Path, students: int) -> tuple[Course, list[str]]:
+KERNELS = ("10_triton_kernels", "11_flash_attention")  # graded beside 01: right notebooks (the solutions' answers)
+
+
+def _course_with_submissions(source: Course, root: Path, students: int,
+                             assignment: str = ASSIGNMENT) -> tuple[Course, list[str]]:
+    """A copy of the course with ``students`` submissions of ``assignment``: for 01 the demo class's notebooks in
+    turn (right, partly right, typical bugs, a syntax error), for any other the release filled in with the
+    solutions' answers (a right notebook)."""
     course = Course(root)
     for folder in ("solutions", "course"):
         shutil.copytree(source.root / folder, root / folder)
-    variants = {name: text for name, text in demo_notebooks(source).items() if text.rstrip().endswith("}")}
+    if assignment == ASSIGNMENT:
+        variants = {name: text for name, text in demo_notebooks(source).items() if text.rstrip().endswith("}")}
+    else:
+        variants = {"right": filled_release(course, assignment, solution_answers(course, assignment))}
     names = sorted(variants)
     ids = []
     for i in range(students):
         variant = names[i % len(names)]
         student = f"s{i:03d}-{variant}"
-        folder = course.grading / "submitted" / student / ASSIGNMENT
+        folder = course.grading / "submitted" / student / assignment
         folder.mkdir(parents=True)
-        (folder / f"{ASSIGNMENT}.ipynb").write_text(variants[variant], encoding="utf-8")
+        (folder / f"{assignment}.ipynb").write_text(variants[variant], encoding="utf-8")
         ids.append(student)
     return course, ids
 
 
-def _scores(course: Course, students: list[str]) -> dict[str, float | None]:
+def _scores(course: Course, students: list[str], assignment: str = ASSIGNMENT) -> dict[str, float | None]:
     with Gradebook(f"sqlite:///{course.grading / 'gradebook.db'}") as gb:
         found = {}
         for student in students:
             try:
-                found[student] = float(gb.find_submission(ASSIGNMENT, student).score)
+                found[student] = float(gb.find_submission(assignment, student).score)
             except Exception:
                 found[student] = None
         return found
 
 
-def _timed(course: Course, command: list[str]) -> float:
-    """Seconds the command line ``command`` takes on ``course``, from start to exit."""
+def _timed(course: Course, command: list[str], metered=None):
+    """What the command line ``command`` costs on ``course``, from start to exit: seconds, or with ``metered``
+    (a ``measure.Metered``) its ``Cost`` (CPU of all its processes, and of each grading process by name)."""
     started = time.monotonic()
-    result = subprocess.run(command, cwd=course.root, env=course.environment(), capture_output=True, text=True)
-    seconds = time.monotonic() - started
+    if metered is not None:
+        result, cost = metered.run(command, cwd=course.root, env=course.environment(), capture_output=True, text=True)
+    else:
+        result = subprocess.run(command, cwd=course.root, env=course.environment(), capture_output=True, text=True)
+        cost = time.monotonic() - started
     if result.returncode not in (0, 1):  # nbgrader autograde exits 1 when a notebook cannot be read
         tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-10:])
         raise RuntimeError(f"{' '.join(command)} failed (exit {result.returncode}):\n{tail}")
-    return seconds
+    return cost
 
 
-def _load() -> str:
-    one, five, fifteen = os.getloadavg()
-    return f"load average {one:.2f}, {five:.2f}, {fifteen:.2f} on {os.cpu_count()} cores"
+def bench(source: Course, students: int = 40, jobs: int | None = None, out=sys.stdout,
+          kernel_students: int = 0, assignments: tuple[str, ...] = (ASSIGNMENT, *KERNELS)) -> dict:
+    """Grade the same submissions with both command lines, assignment by assignment (01's demo class, ``students``
+    notebooks; ``kernel_students`` right notebooks of 10 and of 11, none unless asked: ``make bench-grade`` asks
+    for 3); print for each the wall-clock time and the CPU seconds of all processes of each command, per notebook
+    (``measure.Metered``), and a table of them at the end; return 01's figures (times, ratio, score differences)
+    with every assignment's under ``"assignments"``."""
+    assignments = tuple(a for a in assignments if a == ASSIGNMENT or kernel_students > 0)
+    from autograder.grading.measure import Metered
+
+    metered = Metered()
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+          f"{time.strftime('%Y-%m-%d %H:%M')}; CPU: " + ("every process of each command (a cpuacct cgroup)"
+                                                          if metered.group else "the commands' children only"),
+          file=out)
+    figures = {}
+    try:
+        for assignment in assignments:
+            figures[assignment] = _bench_one(source, assignment, students if assignment == ASSIGNMENT
+                                             else kernel_students, jobs, metered, out)
+    finally:
+        metered.close()
+    print(f"\nper notebook, whole commands ({load()}):", file=out)
+    print(f"  {'assignment':<22} {'notebooks':>9} {'nbgrader CPU':>13} {'grade CPU':>10} {'ratio':>6} "
+          f"{'nbgrader wall':>14} {'grade wall':>11}", file=out)
+    for assignment, f in figures.items():
+        n = f["students"]
+        print(f"  {assignment:<22} {n:>9} {f['nbgrader'].cpu / n:>11.2f} s {f['ours'].cpu / n:>8.2f} s "
+              f"{f['nbgrader'].cpu / max(f['ours'].cpu, 1e-9):>5.1f}x {f['nbgrader'].wall / n:>12.2f} s "
+              f"{f['ours'].wall / n:>9.2f} s", file=out)
+    differing = {a: f["differences"] for a, f in figures.items() if f["differences"]}
+    if differing:
+        print(f"SCORES DIFFER (ours, nbgrader): {differing}", file=out)
+    else:
+        print("scores identical for every notebook", file=out)
+    first = figures.get(ASSIGNMENT) or next(iter(figures.values()))
+    return {"nbgrader_seconds": first["nbgrader"].wall, "ours_seconds": first["ours"].wall,
+            "ratio": first["nbgrader"].wall / first["ours"].wall, "again_seconds": first["again"].wall,
+            "differences": {s: d for f in figures.values() for s, d in f["differences"].items()},
+            "scores": first["scores"], "assignments": figures}
 
 
-def bench(source: Course, students: int = 40, jobs: int | None = None, out=sys.stdout) -> dict:
-    """Time both command lines on the same submissions; return the times, the ratio and any score differences."""
+def _bench_one(source: Course, assignment: str, students: int, jobs: int | None, metered, out) -> dict:
+    """One assignment's submissions graded by both commands, in two throwaway course copies (see ``bench``)."""
     with tempfile.TemporaryDirectory(prefix="bench-ours-") as ours_dir, \
             tempfile.TemporaryDirectory(prefix="bench-nbgrader-") as theirs_dir:
-        ours, ids = _course_with_submissions(source, Path(ours_dir), students)
-        theirs, _ = _course_with_submissions(source, Path(theirs_dir), students)
-        theirs.nbgrader("generate_assignment", ASSIGNMENT, "--force", "--log-level=ERROR")
-        print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
-              f"{students} submissions of {ASSIGNMENT}", file=out)
-
-        print(f"[{_load()}]\n  nbgrader autograde {ASSIGNMENT}  (sequential) ...", file=out, flush=True)
-        nbgrader_seconds = _timed(theirs, [sys.executable, "-m", "nbgrader", "autograde", ASSIGNMENT,
-                                           "--log-level=ERROR"])
-        ours_command = [sys.executable, "-m", "autograder", "grade", ASSIGNMENT] + (["--jobs", str(jobs)] if jobs else [])
-        print(f"[{_load()}]\n  python -m autograder grade {ASSIGNMENT}  (no gradebook yet) ...", file=out, flush=True)
-        ours_seconds = _timed(ours, ours_command)
-        print(f"[{_load()}]\n  python -m autograder grade {ASSIGNMENT}  again, nothing changed ...", file=out, flush=True)
-        again_seconds = _timed(ours, ours_command)
-        print(f"[{_load()}]", file=out)
-
-        ours_scores, theirs_scores = _scores(ours, ids), _scores(theirs, ids)
+        ours, ids = _course_with_submissions(source, Path(ours_dir), students, assignment)
+        theirs, _ = _course_with_submissions(source, Path(theirs_dir), students, assignment)
+        theirs.nbgrader("generate_assignment", assignment, "--force", "--log-level=ERROR")
+        print(f"\n{students} submissions of {assignment}", file=out)
+        print(f"[{load()}]\n  nbgrader autograde {assignment}  (sequential) ...", file=out, flush=True)
+        nbgrader = _timed(theirs, [sys.executable, "-m", "nbgrader", "autograde", assignment, "--log-level=ERROR"],
+                          metered)
+        print(f"    {nbgrader.line()}", file=out)
+        ours_command = [sys.executable, "-m", "autograder", "grade", assignment] + (
+            ["--jobs", str(jobs)] if jobs else [])
+        print(f"[{load()}]\n  python -m autograder grade {assignment}  (no gradebook yet) ...", file=out, flush=True)
+        first = _timed(ours, ours_command, metered)
+        print(f"    {first.line()}", file=out)
+        print(f"[{load()}]\n  python -m autograder grade {assignment}  again, nothing changed ...", file=out,
+              flush=True)
+        again = _timed(ours, ours_command, metered)
+        print(f"    {again.line()}\n[{load()}]", file=out)
+        ours_scores, theirs_scores = _scores(ours, ids, assignment), _scores(theirs, ids, assignment)
         differences = {s: (ours_scores[s], theirs_scores[s]) for s in ids if ours_scores[s] != theirs_scores[s]}
-    ratio = nbgrader_seconds / ours_seconds
-    print(f"nbgrader autograde:      {nbgrader_seconds:7.1f} s  ({nbgrader_seconds / students:.2f} s per notebook)", file=out)
-    print(f"autograder grade:        {ours_seconds:7.1f} s  ({ours_seconds / students:.2f} s per notebook, "
-          f"whole process, gradebook made and synced)", file=out)
-    print(f"speed-up:                {ratio:7.1f}x", file=out)
-    print(f"grade again, unchanged:  {again_seconds:7.1f} s", file=out)
-    if differences:
-        print(f"SCORES DIFFER for {len(differences)} students (ours, nbgrader): {differences}", file=out)
-    else:
-        print(f"scores identical for all {students} students", file=out)
-    return {"nbgrader_seconds": nbgrader_seconds, "ours_seconds": ours_seconds, "ratio": ratio,
-            "again_seconds": again_seconds, "differences": differences, "scores": theirs_scores}
+    print(f"  nbgrader autograde: {nbgrader.wall:7.1f} s, CPU {nbgrader.cpu / students:.2f} s per notebook", file=out)
+    print(f"  autograder grade:   {first.wall:7.1f} s, CPU {first.cpu / students:.2f} s per notebook (whole process, "
+          f"gradebook made and synced)", file=out)
+    print(f"  speed-up: {nbgrader.wall / first.wall:.1f}x wall, {nbgrader.cpu / max(first.cpu, 1e-9):.1f}x CPU; grade "
+          f"again, unchanged: {again.wall:.1f} s", file=out)
+    print(f"  SCORES DIFFER for {len(differences)} students (ours, nbgrader): {differences}" if differences else
+          f"  scores identical for all {students} students", file=out)
+    return {"students": students, "nbgrader": nbgrader, "ours": first, "again": again, "differences": differences,
+            "scores": theirs_scores}
 
 
-CHECKED = ("01_first_function", "05_deriving_backward", "09_production_pytorch")
+CHECKED = ("01_first_function", "05_deriving_backward", "09_production_pytorch", *KERNELS)
 
 
 def bench_check(source: Course, runs: int = 5, assignments: tuple[str, ...] = CHECKED, out=sys.stdout) -> dict:
     """Time ``python -m autograder check`` end to end (the whole command, as a student types it) on the blank
     and the filled-in (the solutions' answers) notebook of each assignment, in a throwaway copy of the course
-    with a warm process of its own: the first check (which starts it) once, then ``runs`` checks of each."""
-    import resource
-
+    with a warm process of its own: the first check (which starts it) once, then ``runs`` checks of each. Each
+    check's CPU counts every process it uses, the warm process's included (``measure.Metered``)."""
     from autograder.grading import check_server
+    from autograder.grading.measure import Metered
 
     times: dict[str, list[float]] = {}
+    metered = Metered()
     with tempfile.TemporaryDirectory(prefix="bench-check-") as root, \
             tempfile.TemporaryDirectory(prefix="ag-") as sockets:
         course = Course(Path(root) / "course")
@@ -145,29 +200,32 @@ def bench_check(source: Course, runs: int = 5, assignments: tuple[str, ...] = CH
             notebooks[f"{assignment} filled in"] = filled
         env = {**course.environment(), check_server.FOLDER_VARIABLE: sockets}
 
-        def check(notebook: Path) -> tuple[float, float]:
-            before, started = resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic()
-            result = subprocess.run([sys.executable, "-m", "autograder", "check", str(notebook)], cwd=course.root,
-                                    env=env, capture_output=True, text=True)
-            seconds, after = time.monotonic() - started, resource.getrusage(resource.RUSAGE_CHILDREN)
+        def check(notebook: Path):
+            result, cost = metered.run([sys.executable, "-m", "autograder", "check", str(notebook)], cwd=course.root,
+                                       env=env, capture_output=True, text=True)
             if result.returncode not in (0, 1):
                 raise RuntimeError(f"check {notebook} failed:\n{result.stdout}{result.stderr}")
-            return seconds, (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+            return cost
 
-        print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
-              f"`python -m autograder check NOTEBOOK`, the whole command, {runs} runs each", file=out)
-        print(f"[{_load()}]", file=out, flush=True)
-        first, _ = check(notebooks[f"{assignments[0]} blank"])
-        print(f"  first check (starts the warm process): {first:.2f} s", file=out, flush=True)
-        for name, notebook in notebooks.items():
-            runs_here = [check(notebook) for _ in range(runs)]
-            times[name] = sorted(seconds for seconds, _ in runs_here)
-            command_cpu = max(cpu for _, cpu in runs_here)
-            print(f"  {name:<34} median {times[name][len(times[name]) // 2]:5.2f} s  (all: "
-                  f"{', '.join(f'{t:.2f}' for t in times[name])}; the command's own CPU at most "
-                  f"{command_cpu:.2f} s)  [{_load()}]", file=out, flush=True)
-        check_server.stop_at(next(Path(sockets).glob("*.sock")))
-    return {"first": first, "times": times, "check_function": bench_check_function(runs, out)}
+        print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+              f"{time.strftime('%Y-%m-%d %H:%M')}; `python -m autograder check NOTEBOOK`, the whole command, "
+              f"{runs} runs each", file=out)
+        print(f"[{load()}]", file=out, flush=True)
+        try:
+            first = check(notebooks[f"{assignments[0]} blank"])
+            print(f"  first check (starts the warm process): {first.wall:.2f} s, CPU {first.cpu:.2f} s", file=out,
+                  flush=True)
+            for name, notebook in notebooks.items():
+                costs = sorted((check(notebook) for _ in range(runs)), key=lambda c: c.wall)
+                times[name] = [c.wall for c in costs]
+                middle = costs[len(costs) // 2]
+                print(f"  {name:<34} median {middle.wall:5.2f} s  (all: {', '.join(f'{t:.2f}' for t in times[name])}); "
+                      f"the median run's {middle.line()}  [{load()}]", file=out, flush=True)
+        finally:
+            with contextlib.suppress(StopIteration, OSError):
+                check_server.stop_at(next(Path(sockets).glob("*.sock")))
+            metered.close()
+    return {"first": first.wall, "times": times, "check_function": bench_check_function(runs, out)}
 
 
 def bench_check_function(runs: int = 5, out=sys.stdout) -> dict[str, tuple[float, float]]:
@@ -207,8 +265,29 @@ def bench_check_function(runs: int = 5, out=sys.stdout) -> dict[str, tuple[float
         runs_here = [once(kind) for _ in range(runs)]
         figures[name] = tuple(sorted(r[i] for r in runs_here)[runs // 2] for i in (0, 1))
         print(f"  check_function, a {name} Function of 32x32 inputs: median {figures[name][0] * 1e3:.0f} ms "
-              f"({figures[name][1] * 1e3:.0f} ms of CPU)  [{_load()}]", file=out, flush=True)
+              f"({figures[name][1] * 1e3:.0f} ms of CPU)  [{load()}]", file=out, flush=True)
     return figures
+
+
+def bench_cells(source: Course, which: str, out=sys.stdout) -> None:
+    """``bench --cells``: what each cell and check of one notebook costs (``measure.cell_costs``), judged against
+    the instructor's solutions (an assignment's name: its solution notebook itself)."""
+    import json
+
+    from autograder.grading.measure import cell_costs, print_cell_costs
+    from autograder.grading.records.submissions import read_submission
+    from autograder.grading.selfcheck import assignment_of
+
+    os.environ["TRITON_INTERPRET"] = "1"  # as in grading (before anything imports triton)
+    path = Path(which)
+    if not path.is_file():
+        path = source.solutions / which / f"{which}.ipynb"
+    submitted = read_submission(path)
+    assignment, _ = assignment_of(path, submitted, source)
+    solution = json.loads((source.solutions / assignment / f"{assignment}.ipynb").read_text(encoding="utf-8"))
+    print(f"{path}: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+          f"{time.strftime('%Y-%m-%d %H:%M')}", file=out)
+    print_cell_costs(*cell_costs(submitted, solution), out)
 
 
 def profile(source: Course, students: int = 12, out=sys.stdout) -> dict[str, float]:
@@ -264,7 +343,7 @@ def profile(source: Course, students: int = 12, out=sys.stdout) -> dict[str, flo
         steps["outputs and scoring"] -= steps["gradebook at the end"]
         steps["cells"] -= steps["child start"]  # the second run paid the start again
     means = {name: seconds / students for name, seconds in steps.items()}
-    print(f"[{_load()}] {students} notebooks of {ASSIGNMENT}, one at a time; mean per notebook:", file=out)
+    print(f"[{load()}] {students} notebooks of {ASSIGNMENT}, one at a time; mean per notebook:", file=out)
     print(f"  once per run: command start (Python, imports, parsing the command line) {start_seconds:.2f} s, "
           f"gradebook sync (new gradebook) {sync_seconds:.2f} s", file=out)
     for name, seconds in means.items():

@@ -77,8 +77,8 @@ MISTAKES = {  # name: (edits of the solution's answer cells, the test cell that 
                                                     "key/value kernel's causal loop starts one query tile late"),
     "query kernel skips no causal tile": ([(Q_LOOP, Q_LOOP.replace("tl.minimum(seq_len, start_m + BLOCK_M) if CAUSAL else "
                                                                    "seq_len", "seq_len"))],
-                                          "test_causal", "but attention_backward_q_kernel runs 48 tl.dot with causal=True "
-                                                         "against 48 without the mask"),
+                                          "test_causal", "but attention_backward_q_kernel runs 27 tl.dot with causal=True "
+                                                         "against 27 without the mask"),
     # 10
     "bias_gelu_forward in torch": ([("    x = x.contiguous()\n    y = torch.empty_like(x)\n    n_columns = bias.numel()\n",
                                      "    return F.gelu(x + bias)\n")],

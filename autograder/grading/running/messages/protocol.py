@@ -153,12 +153,29 @@ def send(connection, message: list) -> None:
 
 def start(context, target, args: tuple, name: str):
     """``target(*args, connection)`` started in a daemon process of ``context``: that process and the grader's
-    end of the pipe to it (the process's end is closed here, so the grader reads EOF once the process ends)."""
+    end of the pipe to it (the process's end is closed here, so the grader reads EOF once the process ends).
+    The process is named for ``ps``, ``top`` and ``/proc/<pid>/comm`` after ``name`` (``autograder-notebook`` is
+    ``ag-notebook``): what the bench counts each one's CPU by."""
     ours, theirs = context.Pipe(duplex=True)
-    process = context.Process(target=target, args=(*args, theirs), name=name, daemon=True)
+    process = context.Process(target=_named, args=(short_name(name), target, *args, theirs), name=name, daemon=True)
     process.start()
     theirs.close()
     return process, ours
+
+
+def short_name(name: str) -> str:
+    """A grading process's name as Linux keeps it (15 characters): ``autograder-examinee`` is ``ag-examinee``."""
+    return name.replace("autograder-", "ag-", 1)[:15]
+
+
+def _named(name: str, target, *args) -> None:
+    """Run ``target(*args)`` in a process named ``name`` (its own ``/proc/self/comm``; nothing where there is none)."""
+    try:
+        with open("/proc/self/comm", "w") as comm:
+            comm.write(name)
+    except OSError:
+        pass
+    target(*args)
 
 
 def crash_line(traceback_text: str, limit: int) -> str:
