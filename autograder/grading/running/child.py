@@ -3,7 +3,8 @@
 It sends ``["start", i]``, ``["end", i, outputs, count, status]`` and ``["done"]``
 (``autograder.grading.running.messages.protocol``); after each test cell the grader has the referee check it
 (the examinee answers, never this process: ``autograder.grading.running.judging.examinee``), and this process
-waits until the grader says go on.
+waits until the grader says go on. Each test cell starts from its own seed (``autograder.student.seeds``), as
+in the referee and in JupyterLab: its inputs are the same wherever and however often it runs.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ def child_main(cells, cwd, limits: Limits, env, judged: bool, connection) -> Non
     try:
         connection = isolate(cwd, limits, env, connection)
         from autograder.grading.running import warm
+        from autograder.student.seeds import seed_test  # (torch: not in the grader's own process)
 
         shell = warm.new_shell(hidden_test_lines(cells))
         recorder, after_cell = shell.recorder, shell.tamper_guard.after_cell
@@ -47,6 +49,8 @@ def child_main(cells, cwd, limits: Limits, env, judged: bool, connection) -> Non
             limit = min(limits.after_timeout, limits.cell_timeout) if timed_out else limits.cell_timeout
             recorder.begin(hidden=cell.get("hidden", False) or HIDDEN_TESTS_MARKER in source, limit=limit,
                            memory=limits.memory)
+            if cell.get("grade_id"):
+                seed_test(cell["grade_id"])
             signal.setitimer(signal.ITIMER_REAL, limit)
             outcome = None
             try:

@@ -225,10 +225,12 @@ class Answers:
         # The answering code, bound before any answer runs (here, not on import: the grader's own process
         # imports this module and must not import torch).
         from autograder.grading.running.judging.answer import answer
+        from autograder.student.seeds import seed_all
 
         # Without the audit hook, which refuses replacing a function's code or defaults as it happens, the guard
         # compares them after each answer cell (~2,000 audit events a comparison, where a hook sees them).
         self._answer, self.refusals, self.functions = answer, refusals or list, refusals is None
+        self._seed = seed_all
         self.given, self.answers = _namespace("autograder_examinee_given"), _namespace("autograder_examinee_answers")
         self.missing: dict[str, str] = {}  # a name the solution defines -> why the answers do not define it
         self.refused: set[str] = set()  # the names of answer cells the scan refused: said even where the cell failed
@@ -296,6 +298,8 @@ class Answers:
                 replies.append({"error": self.missing[target], "refused": target in self.refused})
                 continue
             self.refusals()  # (what came before, the instructor's cells, is not this answer's)
+            if isinstance(request.get("test_seed"), int):  # an answer that draws random numbers draws the same each run
+                self._seed(request["test_seed"])
             signal.setitimer(signal.ITIMER_REAL, limit)
             try:
                 reply = self._answer(request, self.answers, self.given)
