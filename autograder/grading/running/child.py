@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
+import warnings
 
 from autograder.grading.running.confinement.limits import CellTimeout, Limits, isolate
 from autograder.grading.running.messages.protocol import send, send_crash
@@ -58,6 +59,11 @@ def child_main(cells, cwd, limits: Limits, env, judged: bool, connection) -> Non
             except CellTimeout:
                 outcome = None
                 recorder.timeout()
+            except Exception as error:  # the cell's own, which IPython lets through (RecursionError compiling it)
+                recorder.error(type(error).__name__, str(error)[:1000], [f"{type(error).__name__}: {error}"[:1000]])
+                with warnings.catch_warnings():  # (IPython's coroutine for the cell, never run, goes with its frames)
+                    warnings.simplefilter("ignore", RuntimeWarning)
+                    error.__traceback__ = None
             finally:
                 signal.setitimer(signal.ITIMER_REAL, 0)
             error = getattr(outcome, "error_in_exec", None) or getattr(outcome, "error_before_exec", None)
