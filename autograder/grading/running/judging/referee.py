@@ -159,8 +159,9 @@ class Referee(Judges):
     is *decided* here: the student's process then runs only its visible part and never sees a hidden line.
     """
 
-    def __init__(self, cells: list[dict], student_names: list[str], ask) -> None:
-        self.cells, self.ask = cells, ask
+    def __init__(self, cells: list[dict], student_names: list[str], ask, seed_of=None) -> None:
+        """``seed_of(grade_id)``: each test's seed (``seeds.seed_of`` unless told: a sweep of seeds tells it)."""
+        self.cells, self.ask, self.seed_of = cells, ask, seed_of
         # A real module's globals: torch.compile looks a function's module up in sys.modules by name.
         module = types.ModuleType("autograder_referee_tests")
         sys.modules[module.__name__] = module
@@ -223,9 +224,10 @@ class Referee(Judges):
     def _plan_test(self, grade_id: str, source: str) -> "Plan":
         """Run one test cell from its seed: its visible part as far as it can, its hidden part entirely (or not
         decided). Each request carries a seed of its own (``test_seed``), which the examinee answers it from."""
-        from autograder.student.seeds import seed_test
+        from autograder.student import seeds
 
-        self.seed = seed_test(grade_id)
+        self.seed = (self.seed_of or seeds.seed_of)(grade_id)
+        seeds.seed_all(self.seed)
         self.pending, failure, hidden_ran, undecidable = [], None, False, []
         for hidden, chunk in hidden_chunks(source):
             if not hidden:
