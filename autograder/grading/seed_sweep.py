@@ -1,4 +1,4 @@
-"""Every test passes the solution on other seeds than its own: ``python -m autograder.authoring.seed_sweep``.
+"""Every test passes the solution on other seeds than its own: ``python -m autograder.grading.seed_sweep``.
 
 The grader draws each test's inputs from the test's own seed (``autograder.student.seeds``), so a notebook
 scores the same every time. That seed is arbitrary: a test must hold on any seed. One whose tolerance float32
@@ -9,7 +9,7 @@ calls, visible and hidden; ``Referee``), answered by the solution's answer cells
 runs them (``Answers``). A visible ``assert`` that only the student's process can decide (it reads the student's
 values) is not swept; the visible checks are judges, swept with the rest.
 
-    python -m autograder.authoring.seed_sweep [ASSIGNMENT ...] [--seeds 1000] [--tests GRADE_ID ...] [--jobs 2]
+    python -m autograder.grading.seed_sweep [ASSIGNMENT ...] [--seeds 1000] [--tests GRADE_ID ...] [--jobs 2]
 
 says, for each test cell, on how many seeds it was judged, which failed and why; exit status 1 if any did.
 A test's seeds are its own and the ones after it (``seed_of(grade_id) + k``).
@@ -114,7 +114,7 @@ def _sweep_assignment(job: tuple[str, int, list[str] | None]) -> list[Failure]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m autograder.authoring.seed_sweep", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m autograder.grading.seed_sweep", description=__doc__.split("\n")[0])
     parser.add_argument("assignments", nargs="*", metavar="ASSIGNMENT", help="default: every assignment")
     parser.add_argument("--seeds", type=int, default=1000, help="seeds per test cell (default 1000)")
     parser.add_argument("--tests", nargs="+", metavar="GRADE_ID", help="these test cells only")

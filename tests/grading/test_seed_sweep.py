@@ -1,4 +1,4 @@
-"""Every test passes the solution on seeds other than its own (autograder.authoring.seed_sweep; issue 45, item 6).
+"""Every test passes the solution on seeds other than its own (autograder.grading.seed_sweep; issue 45, item 6).
 
 The sweep judges each test cell with the grader's own referee and examinee code, in this process, driven by the
 solutions' test cells themselves: here every test cell of every assignment on its own seed and the next ones
@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from autograder.authoring import seed_sweep
+from autograder.grading import seed_sweep
 from autograder.student.seeds import seed_of
 from conftest import REPO
 
@@ -22,7 +22,7 @@ ASSIGNMENTS = sorted(p.name for p in (REPO / "solutions").iterdir() if (p / f"{p
 def test_every_test_cell_passes_the_solution_on_the_seed_after_its_own(assignment):
     """One seed a test cell here (its own: every solution is graded in test_check_agrees.py): judging every cell of the
     course once costs 13 s of CPU, 10 s of it 10's and 11's kernels in Triton's interpreter. The 1,000 seeds a test
-    cell the issue asks for are the command's (`python -m autograder.authoring.seed_sweep --jobs N`)."""
+    cell the issue asks for are the command's (`python -m autograder.grading.seed_sweep --jobs N`)."""
     notebook = REPO / "solutions" / assignment / f"{assignment}.ipynb"
     assert seed_sweep.sweep_apart(notebook, 1, first=1) == []
 
