@@ -17,6 +17,7 @@ import torch
 
 # Bound when the library is imported, before any notebook code runs: what seeds a test is never the student's.
 _seed_torch, _seed_numpy, _seed_random = torch.manual_seed, numpy.random.seed, random.seed
+_torch_state, _equal = torch.get_rng_state, torch.equal
 TEST_PREFIX = "test_"  # a test cell's grade id (and cell id) starts with it: solutions/ and course/ keep that
 
 
@@ -37,6 +38,16 @@ def seed_test(grade_id: str) -> int:
     seed = seed_of(grade_id)
     seed_all(seed)
     return seed
+
+
+def drew_since(state) -> bool:
+    """Whether torch's generator drew since its state was ``state`` (``torch.get_rng_state()``, bound above)."""
+    return not _equal(state, _torch_state())
+
+
+def state():
+    """Torch's generator's state now."""
+    return _torch_state()
 
 
 def reproduce(seed: int) -> str:

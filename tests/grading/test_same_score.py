@@ -88,3 +88,25 @@ def test_the_referee_asks_the_same_questions_in_every_process():
     assert there.returncode == 0, there.stderr[-3000:]
     assert json.loads(there.stdout.strip().splitlines()[-1]) == here
     assert len(here) == 11 and len(set(here.values())) == 11
+
+
+def test_a_failing_test_says_its_seed_where_it_drew_random_inputs(tmp_path):
+    """In the notebook's process: a test cell starts from its seed; an error of one that drew random numbers names
+    the seed, one that drew none says nothing of it (nothing to draw again)."""
+    from autograder.grading.running.confinement.limits import Limits
+    from autograder.grading.running.executor import execute
+    from autograder.student.seeds import seed_of
+
+    cells = [{"cell_type": "code", "source": "import torch"},
+             {"cell_type": "code", "grade_id": "test_drew", "source": "x = torch.randn(2)\nprint(x.tolist())\nassert False, 'no'"},
+             {"cell_type": "code", "grade_id": "test_did_not", "source": "assert False, 'no'"}]
+    result = execute(cells, str(tmp_path), Limits(cell_timeout=30))
+    import torch
+
+    torch.manual_seed(seed_of("test_drew"))
+    assert result.outputs[1][0]["text"] == f"{torch.randn(2).tolist()}\n"
+    seed = seed_of("test_drew")
+    assert result.outputs[1][1]["traceback"][-1].endswith(f"AssertionError: no [the test's inputs come from seed {seed}: "
+                                                          f"torch.manual_seed({seed}) at the top of the test cell draws "
+                                                          "them again]")
+    assert result.outputs[2][0]["traceback"][-1].endswith("AssertionError: no")

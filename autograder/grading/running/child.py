@@ -29,7 +29,7 @@ def child_main(cells, cwd, limits: Limits, env, judged: bool, connection) -> Non
     try:
         connection = isolate(cwd, limits, env, connection)
         from autograder.grading.running import warm
-        from autograder.student.seeds import seed_test  # (torch: not in the grader's own process)
+        from autograder.student import seeds  # (torch: not in the grader's own process)
 
         shell = warm.new_shell(hidden_test_lines(cells))
         recorder, after_cell = shell.recorder, shell.tamper_guard.after_cell
@@ -50,8 +50,8 @@ def child_main(cells, cwd, limits: Limits, env, judged: bool, connection) -> Non
             limit = min(limits.after_timeout, limits.cell_timeout) if timed_out else limits.cell_timeout
             recorder.begin(hidden=cell.get("hidden", False) or HIDDEN_TESTS_MARKER in source, limit=limit,
                            memory=limits.memory)
-            if cell.get("grade_id"):
-                seed_test(cell["grade_id"])
+            seed = seeds.seed_test(cell["grade_id"]) if cell.get("grade_id") else None
+            drawn_from = seeds.state() if seed is not None else None
             signal.setitimer(signal.ITIMER_REAL, limit)
             outcome = None
             try:
@@ -73,6 +73,8 @@ def child_main(cells, cwd, limits: Limits, env, judged: bool, connection) -> Non
                 recorder.error(type(error).__name__, str(error)[:1000], [])
             after_cell(shell)  # also an IPython hook, which student code could remove
             outputs, status = recorder.end()
+            if seed is not None and seeds.drew_since(drawn_from):
+                outputs = _with_seed(outputs, seeds.reproduce(seed))
             timed_out = timed_out or status == "timed out"
             send(connection, ["end", index, outputs, shell.execution_count - 1, status])
             if judged and cell.get("grade_id"):
@@ -83,6 +85,12 @@ def child_main(cells, cwd, limits: Limits, env, judged: bool, connection) -> Non
         send_crash(connection, error)
     finally:
         os._exit(0)
+
+
+def _with_seed(outputs: list[dict], said: str) -> list[dict]:
+    """A test cell's outputs, each error saying the seed its random inputs came from (``said``) on its last line."""
+    return [dict(o, evalue=f"{o['evalue']} {said}", traceback=[*o["traceback"][:-1], f"{o['traceback'][-1]} {said}"])
+            if o["output_type"] == "error" and o.get("traceback") else o for o in outputs]
 
 
 def hidden_test_lines(cells: list[dict]) -> list[str]:
