@@ -9,7 +9,7 @@ calls, visible and hidden; ``Referee``), answered by the solution's answer cells
 runs them (``Answers``). A visible ``assert`` that only the student's process can decide (it reads the student's
 values) is not swept; the visible checks are judges, swept with the rest.
 
-    python -m autograder.grading.seed_sweep [ASSIGNMENT ...] [--seeds 1000] [--tests GRADE_ID ...] [--jobs 2]
+    python -m autograder.grading.seed_sweep [ASSIGNMENT ...] [--seeds 1000] [--first 0] [--tests GRADE_ID ...] [--jobs 2]
 
 says, for each test cell, on how many seeds it was judged, which failed and why; exit status 1 if any did.
 A test's seeds are its own and the ones after it (``seed_of(grade_id) + k``).
@@ -101,8 +101,8 @@ def sweep_apart(notebook: Path, seeds: int, tests: list[str] | None = None, firs
         return pool.apply(sweep, (notebook, seeds, tests, None, first))
 
 
-def _sweep_assignment(job: tuple[str, int, list[str] | None]) -> list[Failure]:
-    assignment, seeds, tests = job
+def _sweep_assignment(job: tuple[str, int, list[str] | None, int]) -> list[Failure]:
+    assignment, seeds, tests, first = job
     notebook = REPOSITORY / "solutions" / assignment / f"{assignment}.ipynb"
 
     def report(grade_id: str, count: int, found: list[Failure], cpu: float) -> None:
@@ -110,20 +110,21 @@ def _sweep_assignment(job: tuple[str, int, list[str] | None]) -> list[Failure]:
             if found else "all passed"
         print(f"{assignment}/{grade_id}: {count} seeds, {cpu:.1f} s of CPU; {said}", flush=True)
 
-    return sweep(notebook, seeds, tests, report=report)
+    return sweep(notebook, seeds, tests, report=report, first=first)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m autograder.grading.seed_sweep", description=__doc__.split("\n")[0])
     parser.add_argument("assignments", nargs="*", metavar="ASSIGNMENT", help="default: every assignment")
     parser.add_argument("--seeds", type=int, default=1000, help="seeds per test cell (default 1000)")
+    parser.add_argument("--first", type=int, default=0, help="start this many seeds after each test's own (default 0)")
     parser.add_argument("--tests", nargs="+", metavar="GRADE_ID", help="these test cells only")
     parser.add_argument("--jobs", type=int, default=1, help="assignments swept at once, each in a process (default 1)")
     args = parser.parse_args(argv)
     os.environ["TRITON_INTERPRET"] = "1"  # (as in grading: before anything imports triton)
     assignments = args.assignments or sorted(p.name for p in (REPOSITORY / "solutions").iterdir() if p.is_dir()
                                              and (p / f"{p.name}.ipynb").is_file())
-    jobs = [(assignment, args.seeds, args.tests) for assignment in assignments]
+    jobs = [(assignment, args.seeds, args.tests, args.first) for assignment in assignments]
     import multiprocessing
 
     with multiprocessing.get_context("fork").Pool(args.jobs, maxtasksperchild=1) as pool:  # (a process a notebook)
