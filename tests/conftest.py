@@ -40,13 +40,15 @@ REPO = Path(__file__).resolve().parent.parent
 
 # The longest test files of `make test`, longest first (seconds of one worker, summed over a file's
 # tests, in a run of 2026-11-26 on a quiet 2-core machine: 157, 157, 103, 96, 91, 86, 81, 64, 56, 53, 48,
-# 40, 39, 39, 36, 35; every other file takes under 31 s). Started in this order, the short files fill in at
+# 40, 39, 39, 36, 35; every other file takes under 31 s; test_same_score, test_seed_sweep and test_oversized,
+# added later, are placed by estimate). Started in this order, the short files fill in at
 # the end, so neither worker waits long for the other (the longest-processing-time-first rule).
 LONGEST_FIRST = ("tests/grading/test_check_agrees.py", "tests/authoring/test_notebooks.py", "tests/authoring/test_book.py",
                  "tests/test_install.py", "tests/grading/test_grading.py", "tests/test_browser.py",
                  "tests/grading/test_robustness.py", "tests/grading/test_referee.py", "tests/grading/test_deadlines.py",
-                 "tests/grading/test_demo.py", "tests/grading/test_grading_backends.py",
-                 "tests/grading/test_selfcheck.py", "tests/grading/test_hostile.py", "tests/grading/test_check_server.py",
+                 "tests/grading/test_demo.py", "tests/grading/test_same_score.py", "tests/grading/test_grading_backends.py",
+                 "tests/grading/test_selfcheck.py", "tests/grading/test_hostile.py", "tests/grading/test_seed_sweep.py",
+                 "tests/grading/test_oversized.py", "tests/grading/test_check_server.py",
                  "tests/grading/test_one_student.py", "tests/grading/test_hand_grading.py")
 
 

@@ -16,7 +16,8 @@ notebook needs neither the course's sources nor the grader.
 
 Imported in a notebook whose kernel has no error handler of its own, it makes an exercise left as
 released say "not done yet" in one line however it is reached (``checker.messages.show_error``), as
-the grader's kernels and JupyterLab's Validate say it.
+the grader's kernels and JupyterLab's Validate say it. Imported in a notebook's kernel, it also seeds
+each test cell before it runs, as the grader does (``seeds``): a test draws the inputs the grader draws.
 """
 
 import sys
@@ -27,19 +28,24 @@ from autograder.student.checker import (
 )
 from autograder.student.checker.messages import show_error
 from autograder.student.graph import draw_graph
+from autograder.student.seeds import seed_test_cells
 
 
-def _not_done_said_in_notebooks() -> None:
-    """In an IPython kernel (a notebook) with no error handler of its own, errors go through ``show_error``."""
+def _set_up_notebooks() -> None:
+    """In an IPython kernel (a notebook): errors go through ``show_error`` where it has no error handler of its own,
+    and each test cell is seeded before it runs (``seeds``)."""
     ipython = sys.modules.get("IPython")  # (None where an import of it was blocked, as on a bare GPU machine)
     if ipython is None:
         return
     shell = ipython.get_ipython()
-    if shell is not None and not shell.custom_exceptions:
+    if shell is None:
+        return
+    if not shell.custom_exceptions:
         shell.set_custom_exc((Exception,), show_error)
+    seed_test_cells(shell)
 
 
-_not_done_said_in_notebooks()
+_set_up_notebooks()
 
 __all__ = ["check_built_on", "check_callable", "check_custom_op", "check_device", "check_forward", "check_function", "check_kernel",
            "check_saved", "check_values", "check_with", "draw_graph", "requires"]

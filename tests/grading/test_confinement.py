@@ -210,7 +210,7 @@ def judged_in_the_examinee(attacks: dict[str, tuple[str, str | None]]) -> dict[s
     steps = examinee.program(trusted, [{"cell_type": "code", "answer_id": name, "source": "pass"} for name in attacks])
     for step in steps:  # put past the scan, as the routes around it did
         if step["kind"] == "answer":
-            step.update(source=_cell(step["grade_id"], attacks[step["grade_id"]][0]), why=None, refused=False)
+            step.update(source=_cell(step["grade_id"], attacks[step["grade_id"]][0]), why=None, refused=False, scanned=True)
     answering = examinee.Examinee(executor._context(), steps, Limits(cell_timeout=30), {})
     try:
         judge = referee.Referee(trusted["cells"], trusted["student_names"], answering.ask)

@@ -231,7 +231,7 @@ def _steps(cube: str, poly: str | None = None, by: str = "answer_id") -> list[di
     if poly is not None:
         cells.append({"cell_type": "code", "answer_id": "poly", "source": poly})
     cells.append({"cell_type": "code", "grade_id": "test_cube", "source": "assert False"})
-    return examinee.program(TRUSTED, cells)
+    return scan.screen(examinee.program(TRUSTED, cells))
 
 
 def _answers(steps: list[dict]) -> examinee.Answers:

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from autograder.grading.running.judging import answer, referee
+from autograder.student import seeds
 
 from autograder.grading.running import executor
 from autograder.grading.running.confinement.limits import Limits
@@ -92,13 +93,45 @@ def test_a_wrong_gradient_fails_with_a_message_that_shows_no_test_line():
     assert hidden not in failure and "torch.randn" not in failure
 
 
-def test_recorded_answers_are_useless_because_inputs_and_upstream_gradients_are_new_each_time():
+def test_each_test_draws_the_same_inputs_on_every_run_and_its_failure_says_their_seed():
+    """Each test cell starts from its own seed (autograder.student.seeds): two referees ask the same questions, a
+    replay of one run's answers is the other run's answers, and a failure names the seed that draws them again."""
+    trusted = referee.trusted_cells(_notebook())
+    first, second = (referee.Referee(trusted["cells"], trusted["student_names"], _asker(_student())) for _ in range(2))
+    torch.manual_seed(0)
+    first.plan()
+    torch.manual_seed(1)  # whatever came before
+    second.plan()
+    asked = {grade_id: [request for request, _ in plan.pending] for grade_id, plan in first.plans.items()}
+    assert asked == {grade_id: [request for request, _ in plan.pending] for grade_id, plan in second.plans.items()}
+    shapes = [r["args"][0]["shape"] for r in asked["test_cube_backward"]]
+    assert shapes == [[3], [4, 5], [], [2, 3, 2]]
+    assert asked["test_cube_backward"][1]["args"] != asked["test_cube_forward"][1]["args"]  # each test its own draws
     recorded: list = []
     assert _judge(_asker(_student(), recorded), "test_cube_backward") == (4, None)
     replay = iter(recorded)
-    judged, failure = _judge(_each(lambda request: next(replay)), "test_cube_backward")
-    # Even the visible check's literal input gets new random upstream gradients: the replay fails at once.
-    assert judged == 4 and failure.startswith("Cube: the gradient for `x` is wrong")
+    assert _judge(_each(lambda request: next(replay)), "test_cube_backward") == (4, None)
+    seed = seeds.seed_of("test_cube_backward")
+    judged, failure = _judge(_asker(_student(WRONG_BACKWARD)), "test_cube_backward")
+    head = failure.splitlines()[0]
+    assert head.endswith(f"[the test's inputs come from seed {seed}: torch.manual_seed({seed}) at the top of the "
+                         "test cell draws them again]"), head
+
+
+def test_a_judges_own_draws_leave_the_cells_draws_as_they_are_where_no_judge_draws():
+    """The visible part draws the same tensors in the referee as in the student's process, where check_function
+    draws nothing from torch's generator: the judges' upstream gradients come from seeds of their own."""
+    cells = [IMPORTS, {"kind": "test", "grade_id": "t", "source": (
+        "a = torch.randn(3)\ncheck_function(Cube, lambda x: x ** 3, a)\nb = torch.randn(4)\n"
+        "check_function(Cube, lambda x: x ** 3, b)\n")}]
+    judge = referee.Referee(cells, ["Cube"], _asker(_student()))
+    judge.plan()
+    seeds.seed_test("t")
+    a, b = torch.randn(3), torch.randn(4)
+    args = [answer.decode(request["args"][0]) for request, _ in judge.plans["t"].pending]
+    assert torch.equal(args[0], a.double()) and torch.equal(args[1], b.double())
+    upstream = [answer.decode(request["upstream"][0]) for request, _ in judge.plans["t"].pending]
+    assert not torch.equal(upstream[0][:3], upstream[1][:3])  # each judge its own seed
 
 
 def test_checks_on_values_the_referee_cannot_compute_are_left_to_the_students_process():
@@ -266,8 +299,8 @@ def test_in_grading_a_forged_pass_is_overruled_and_an_honest_notebook_keeps_ever
     assert result.status == "kernel died" and "the process that runs your answers" in result.detail, result.detail
     [said] = _errors(result, stuck, "test_cube_forward")
     assert said.startswith("Cube: could not be checked: the grader's run of your answers stopped (it did not answer") \
-        and said.endswith("(found by the grader's own check, which runs this cell's checks outside your notebook's "
-                          "process, on new random inputs)"), said
+        and "(found by the grader's own check, which runs this cell's checks outside your notebook's process) " \
+        "[the test's inputs come from seed" in said, said
     again = execute(_cells(), str(tmp_path), Limits(cell_timeout=30), {}, trusted)
     assert again.status == "graded" and again.judged == honest.judged
 
@@ -371,7 +404,8 @@ def test_a_failing_hidden_assert_on_the_referees_own_values_fails_the_cell():
         "### BEGIN " "HIDDEN TESTS\ncheck_function(Cube, lambda x: x ** 3, torch.randn(3))\n"
         "assert torch.ones(1).sum() == 2, 'the instructor made a mistake'\n### END HIDDEN TESTS")}]
     judge = referee.Referee(cells, ["Cube"], _asker(_student()))
-    assert judge.plan() == ["t"] and judge.judge_cell("t") == (1, "the instructor made a mistake")
+    judged, failure = judge.judge_cell("t")
+    assert judge.plan() == ["t"] and judged == 1 and failure.startswith("the instructor made a mistake [the test's inputs")
 
 
 @pytest.mark.parametrize("replies", [[], "no", None, [{"error": None}] * 5])

@@ -63,7 +63,7 @@ def solution(assignment: str) -> Path:
 def refused(assignment: str, answers: dict[str, str]) -> dict[str, str]:
     """The grader's scan of ``answers`` (grade id -> source) in ``assignment``'s notebook: grade id -> why refused."""
     cells = [{"cell_type": "code", "answer_id": grade_id, "source": source} for grade_id, source in answers.items()]
-    steps = examinee.program(trusted_cells(read_notebook(solution(assignment))), cells)
+    steps = scan.screen(examinee.program(trusted_cells(read_notebook(solution(assignment))), cells))
     assert {s["grade_id"] for s in steps if s["kind"] == "answer" and s["source"] is not None} | \
         {s["grade_id"] for s in steps if s.get("refused")} == set(answers)
     return {s["grade_id"]: s["why"] for s in steps if s.get("refused")}

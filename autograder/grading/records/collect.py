@@ -34,9 +34,8 @@ from typing import BinaryIO, Callable
 from autograder.course import Course, CourseError
 from autograder.grading.records.handed_in import SubmissionTimes, write_mark
 from autograder.grading.records.lms import Layout, Roster, detect, parse_timestamp, resubmission_key, shown
-from autograder.grading.records.submissions import InvalidNotebook, read_submission
+from autograder.grading.records.submissions import MAX_NOTEBOOK_BYTES, InvalidNotebook, read_submission
 
-MAX_NOTEBOOK_BYTES = 50_000_000
 # nbgrader's own format (Exchange.timestamp_format), in UTC; nbgrader.utils.parse_utc reads it.
 TIMESTAMP_FORMAT = "%Y-%m-%d %H:%M:%S.%f UTC"
 CHUNK = 1 << 20

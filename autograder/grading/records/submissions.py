@@ -1,4 +1,12 @@
-"""A submitted notebook read as untrusted input: what is wrong with it is said for the student."""
+"""A submitted notebook read as untrusted input: what is wrong with it is said for the student.
+
+Its size is bounded before anything else reads it (``MAX_*``: the file, then, once parsed, its number of cells
+and each cell's size), so that no notebook holds the class: what the grader does with a notebook (prepare it,
+scan and run its answers, render its feedback page) takes time in proportion to these. The course's own
+notebooks are far below them (solutions/: 109 cells at most, 6,132 characters and 105 lines in the largest
+cell, 138,388 characters of source in the largest notebook). Reading the largest notebook they allow takes
+about a second (42 MB of saved output: 0.34 s to read, 0.17 s to prepare, at load 7, 2026-12-02).
+"""
 
 from __future__ import annotations
 
@@ -12,6 +20,11 @@ from nbformat.corpus.words import generate_corpus_id
 from autograder.grading.running.messages import untrusted_json
 
 MAX_NOTEBOOK_BYTES = 50 * 1024**2
+MAX_CELLS = 1_000                  # cells of any kind
+MAX_CODE_CHARACTERS = 50_000       # one code cell's source (an answer cell)
+MAX_CODE_LINES = 1_000             # one code cell's source
+MAX_SOURCE_CHARACTERS = 1_000_000  # all cells' sources together (markdown included)
+MAX_STORED_OUTPUTS = 10_000        # outputs and attachments saved in the notebook (grading clears outputs)
 CELL_ID = re.compile(r"[a-zA-Z0-9_-]{1,64}")  # nbformat 4.5's cell id
 
 
@@ -38,6 +51,8 @@ def read_submission(path: Path):
     if not isinstance(data, dict) or "cells" not in data and "worksheets" not in data:
         raise InvalidNotebook("the file is JSON but not a notebook")
     why = misshapen(data) if "cells" in data else None  # (an nbformat 3 notebook is checked once converted)
+    if why is None and "cells" in data and oversized(data["cells"]):
+        raise InvalidNotebook(oversized(data["cells"]))
     try:
         notebook = None if why else nbformat.reads(json.dumps(data), as_version=4)  # the checked data
     except Exception as error:
@@ -45,6 +60,8 @@ def read_submission(path: Path):
     why = why or misshapen(notebook)
     if why:
         raise InvalidNotebook(f"the notebook cannot be read ({why})")
+    if oversized(notebook.cells):
+        raise InvalidNotebook(oversized(notebook.cells))
     for cell in notebook.cells:  # a cell id nbformat refuses would make every page of it fail to render
         if "id" in cell and not (isinstance(cell.id, str) and CELL_ID.fullmatch(cell.id)):
             cell.id = generate_corpus_id()
@@ -67,6 +84,30 @@ def misshapen(notebook) -> str | None:
             return f"cell {number}'s outputs are not a list of outputs"
         if not (isinstance(attachments, dict) and all(isinstance(a, dict) for a in attachments.values())):
             return f"cell {number}'s attachments are not what a notebook has"
+    return None
+
+
+def oversized(cells: list) -> str | None:
+    """Why a notebook of these ``cells`` (well shaped: ``misshapen`` found nothing) is too large to grade, in one
+    line for the student, or None. Each limit is far above what the course's notebooks hold."""
+    if len(cells) > MAX_CELLS:
+        return f"it has {len(cells):,} cells; a notebook may have at most {MAX_CELLS:,} (remove the cells you added)"
+    stored = sum(len(cell.get("outputs", [])) + len(cell.get("attachments", {})) for cell in cells)
+    if stored > MAX_STORED_OUTPUTS:
+        return (f"it holds {stored:,} saved outputs and attachments; a notebook may hold at most "
+                f"{MAX_STORED_OUTPUTS:,} (clear its outputs: Edit > Clear Outputs of All Cells, then save)")
+    total = 0
+    for number, cell in enumerate(cells, 1):
+        source = cell.get("source", "")
+        text = "".join(source) if isinstance(source, list) else source
+        characters, lines = len(text), text.count("\n") + 1 if text else 0
+        if cell.get("cell_type") == "code" and (characters > MAX_CODE_CHARACTERS or lines > MAX_CODE_LINES):
+            return (f"code cell {number} has {characters:,} characters in {lines:,} lines; a code cell may have at "
+                    f"most {MAX_CODE_CHARACTERS:,} characters and {MAX_CODE_LINES:,} lines (shorten it)")
+        total += characters
+    if total > MAX_SOURCE_CHARACTERS:
+        return (f"its cells hold {total:,} characters; a notebook may hold at most {MAX_SOURCE_CHARACTERS:,} "
+                "(remove what you added)")
     return None
 
 

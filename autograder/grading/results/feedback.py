@@ -4,13 +4,21 @@ nbgrader renders each autograded notebook to HTML with the scores; this course's
 hidden tests' source from it (``ClearHiddenTests``) and the grader keeps hidden tests out of
 tracebacks. A submission that could not be run still has an autograded notebook saying why, so
 its student gets a page too.
+
+Each student's pages are made in a process of their own, forked from this one once nbgrader is imported,
+within ``FEEDBACK_PAGE_SECONDS`` (``--page-timeout``): past it they are stopped and the student gets a short
+page saying so. No notebook holds the class: ``feedback`` takes at most that long per student, however large
+the notebook (an honest page takes under a second; the process costs about 0.2 s of CPU a student).
 """
 
 from __future__ import annotations
 
 import csv
 import html
+import multiprocessing
+import os
 import re
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +33,7 @@ from autograder.course import Course, CourseError
 from autograder.grading.records import deadlines
 from autograder.grading.records.grades import refresh_scores
 from autograder.grading.results.markup import STUDENT_ATTRIBUTES, STUDENT_TAGS, markdown_to_html
+from autograder.grading.running.confinement.limits import FEEDBACK_PAGE_SECONDS
 from autograder.grading.running.messages.protocol import HIDDEN_TESTS_BEGIN, HIDDEN_TESTS_END, defuse_markers
 
 HIDDEN_MARKERS = (HIDDEN_TESTS_BEGIN, HIDDEN_TESTS_END)
@@ -137,12 +146,12 @@ class Feedback:
     problems: dict[str, str]  # student -> why their page says only that their feedback could not be made
 
 
-def feedback(course: Course, assignment: str) -> Feedback:
+def feedback(course: Course, assignment: str, page_seconds: float = FEEDBACK_PAGE_SECONDS) -> Feedback:
     """Write grading/feedback/<student>/<assignment>/*.html for every graded student.
 
     One student's notebook never costs another student their page: a student whose page nbgrader
-    could not make, or whose page would show hidden tests' markers, gets a page that says so, with
-    their score, and is listed in ``problems``; every other page is finished as usual.
+    could not make within ``page_seconds``, or whose page would show hidden tests' markers, gets a page
+    that says so, with their score, and is listed in ``problems``; every other page is finished as usual.
     """
     course.check_assignment(assignment)
     autograded = course.grading / "autograded"
@@ -150,27 +159,64 @@ def feedback(course: Course, assignment: str) -> Feedback:
                       if p.is_dir() and not p.parent.name.startswith("."))
     if not students:
         raise CourseError(f"nothing graded yet for {assignment}: run `python -m autograder grade {assignment}` first")
-    run = course.nbgrader("generate_feedback", assignment, "--force", "--log-level=ERROR", check=False)
     problems = {}
     for student in students:
         folder = course.grading / "feedback" / student / assignment
+        for stale in folder.glob("*.html"):  # (a page of an earlier run is not this run's)
+            stale.unlink()
+        said, exit_code = _student_pages(course, assignment, student, page_seconds)
         for notebook in sorted((autograded / student / assignment).glob("*.ipynb")):
             page = folder / f"{notebook.stem}.html"
-            text = page.read_text(encoding="utf-8", errors="replace") if page.is_file() else None
-            if text is None:
-                problems[student] = _nbgrader_error(run.stdout + run.stderr, student) or \
-                    f"nbgrader could not make the page (exit {run.returncode})"
+            text = page.read_text(encoding="utf-8", errors="replace") if page.is_file() and exit_code is not None else None
+            why = ""
+            if exit_code is None:
+                problems[student] = why = (f"making the page took longer than {page_seconds:g} s, so the grader "
+                                           "stopped it")
+            elif text is None:
+                problems[student] = _nbgrader_error(said, student) or f"nbgrader could not make the page (exit {exit_code})"
             elif any(marker in text for marker in HIDDEN_MARKERS):
                 problems[student] = "the page would show text marking hidden tests"
             else:
                 page.write_text(self_contained(text), encoding="utf-8")
                 continue
             folder.mkdir(parents=True, exist_ok=True)
-            page.write_text(_unfinished_page(course, assignment, student, notebook.stem), encoding="utf-8")
+            page.write_text(_unfinished_page(course, assignment, student, notebook.stem, why), encoding="utf-8")
     refresh_scores(course, assignment)  # grades.csv agrees with the pages: scores given by hand since `grade`
     pages = sorted((course.grading / "feedback").glob(f"*/{assignment}/*.html"))
     _mark_late_pages(course, assignment, pages)
     return Feedback(pages, problems)
+
+
+def _student_pages(course: Course, assignment: str, student: str, seconds: float) -> tuple[str, int | None]:
+    """nbgrader's ``generate_feedback`` for one student, in a process forked from this one (nbgrader imported once,
+    here), stopped after ``seconds``: (what it logged, its exit status, None if it was stopped)."""
+    from nbgrader.apps.nbgraderapp import NbGraderApp  # noqa: F401  (imported here once, not by each page's process)
+
+    with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as log:
+        process = multiprocessing.get_context("fork").Process(
+            target=_generate_feedback, args=(course.root, course.environment(), log.fileno(),
+                                             ["generate_feedback", assignment, "--student", student, "--force",
+                                              "--log-level=ERROR"]), daemon=True)
+        process.start()
+        process.join(seconds)
+        stopped = process.is_alive()
+        if stopped:
+            process.kill()
+        process.join()
+        log.seek(0)
+        return log.read(100_000), None if stopped else process.exitcode
+
+
+def _generate_feedback(root: Path, environment: dict, log: int, argv: list[str]) -> None:
+    """What ``python -m nbgrader ARGV`` does, in this (forked) process, its output written to descriptor ``log``."""
+    from nbgrader.apps.nbgraderapp import NbGraderApp
+
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.chdir(root)
+    os.environ.clear()
+    os.environ.update(environment)
+    NbGraderApp.launch_instance(argv=argv)
 
 
 def _nbgrader_error(log: str, student: str) -> str:
@@ -181,8 +227,9 @@ def _nbgrader_error(log: str, student: str) -> str:
     return text if text.isprintable() else repr(text)[1:-1]  # it may quote the notebook: no terminal escapes
 
 
-def _unfinished_page(course: Course, assignment: str, student: str, notebook: str) -> str:
-    """The page of a student whose feedback could not be made: their score, and that the instructor knows."""
+def _unfinished_page(course: Course, assignment: str, student: str, notebook: str, why: str = "") -> str:
+    """The page of a student whose feedback could not be made: their score, that the instructor knows, and ``why``
+    where it is the grader's own reason (a time limit; nbgrader's errors may quote the notebook: they are not shown)."""
     try:
         with course.gradebook() as gb:
             graded = gb.find_submission_notebook(notebook, assignment, student)
@@ -193,7 +240,8 @@ def _unfinished_page(course: Course, assignment: str, student: str, notebook: st
         f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{html.escape(notebook)}</title></head><body>"
         f"<h1>{html.escape(notebook)}</h1><p>Score: {html.escape(score)}</p>"
         "<p>Your detailed feedback for this notebook could not be shown: something in the notebook kept the "
-        "grader from making this page. Your instructor has been told and can show you your graded notebook.</p>"
+        f"grader from making this page{': ' + html.escape(why) if why else ''}. Your instructor has been told and can "
+        "show you your graded notebook.</p>"
         "</body></html>")
 
 

@@ -3,13 +3,15 @@
 It sends ``["start", i]``, ``["end", i, outputs, count, status]`` and ``["done"]``
 (``autograder.grading.running.messages.protocol``); after each test cell the grader has the referee check it
 (the examinee answers, never this process: ``autograder.grading.running.judging.examinee``), and this process
-waits until the grader says go on.
+waits until the grader says go on. Each test cell starts from its own seed (``autograder.student.seeds``), as
+in the referee and in JupyterLab: its inputs are the same wherever and however often it runs.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import warnings
 
 from autograder.grading.running.confinement.limits import CellTimeout, Limits, isolate
 from autograder.grading.running.messages.protocol import HIDDEN_TESTS_BEGIN, HIDDEN_TESTS_END, send, send_crash
@@ -23,6 +25,7 @@ def child_main(cells, cwd, limits: Limits, env, judged: bool, connection) -> Non
     try:
         connection = isolate(cwd, limits, env, connection)
         from autograder.grading.running import warm
+        from autograder.student import seeds  # (torch: not in the grader's own process)
 
         shell = warm.new_shell(hidden_test_lines(cells))
         recorder, after_cell = shell.recorder, shell.tamper_guard.after_cell
@@ -43,6 +46,8 @@ def child_main(cells, cwd, limits: Limits, env, judged: bool, connection) -> Non
             limit = min(limits.after_timeout, limits.cell_timeout) if timed_out else limits.cell_timeout
             recorder.begin(hidden=cell.get("hidden", False) or HIDDEN_TESTS_BEGIN in source, limit=limit,
                            memory=limits.memory)
+            seed = seeds.seed_test(cell["grade_id"]) if cell.get("grade_id") else None
+            drawn_from = seeds.state() if seed is not None else None
             signal.setitimer(signal.ITIMER_REAL, limit)
             outcome = None
             try:
@@ -50,6 +55,11 @@ def child_main(cells, cwd, limits: Limits, env, judged: bool, connection) -> Non
             except CellTimeout:
                 outcome = None
                 recorder.timeout()
+            except Exception as error:  # the cell's own, which IPython lets through (RecursionError compiling it)
+                recorder.error(type(error).__name__, str(error)[:1000], [f"{type(error).__name__}: {error}"[:1000]])
+                with warnings.catch_warnings():  # (IPython's coroutine for the cell, never run, goes with its frames)
+                    warnings.simplefilter("ignore", RuntimeWarning)
+                    error.__traceback__ = None
             finally:
                 signal.setitimer(signal.ITIMER_REAL, 0)
             error = getattr(outcome, "error_in_exec", None) or getattr(outcome, "error_before_exec", None)
@@ -59,6 +69,8 @@ def child_main(cells, cwd, limits: Limits, env, judged: bool, connection) -> Non
                 recorder.error(type(error).__name__, str(error)[:1000], [])
             after_cell(shell)  # also an IPython hook, which student code could remove
             outputs, status = recorder.end()
+            if seed is not None and seeds.drew_since(drawn_from):
+                outputs = _with_seed(outputs, seeds.reproduce(seed))
             timed_out = timed_out or status == "timed out"
             send(connection, ["end", index, outputs, shell.execution_count - 1, status])
             if judged and cell.get("grade_id"):
@@ -69,6 +81,12 @@ def child_main(cells, cwd, limits: Limits, env, judged: bool, connection) -> Non
         send_crash(connection, error)
     finally:
         os._exit(0)
+
+
+def _with_seed(outputs: list[dict], said: str) -> list[dict]:
+    """A test cell's outputs, each error saying the seed its random inputs came from (``said``) on its last line."""
+    return [dict(o, evalue=f"{o['evalue']} {said}", traceback=[*o["traceback"][:-1], f"{o['traceback'][-1]} {said}"])
+            if o["output_type"] == "error" and o.get("traceback") else o for o in outputs]
 
 
 def hidden_test_lines(cells: list[dict]) -> list[str]:

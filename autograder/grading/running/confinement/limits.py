@@ -35,6 +35,7 @@ class Limits:
 
 
 BUDGET_CELLS = 10  # the default budget of a notebook: this many times the cell time limit
+FEEDBACK_PAGE_SECONDS = 60.0  # the most one student's feedback pages may take to make (an honest one: under 1 s)
 
 
 def notebook_budget(limits: Limits) -> float:

@@ -3,7 +3,9 @@
 An answer cell runs in the examinee after the given cells' definitions (all of a ``setup`` cell) and the
 earlier answer cells (``examinee.program``). What a name means there is what those cells bound it to:
 a path when imported (``F``: ``torch.nn.functional``), ``FUNCTION`` for a ``def`` or ``class``, ``VALUE``
-otherwise; a name bound several ways has every meaning, and the scan checks each (``Known``).
+otherwise; a name bound several ways has every meaning, and the scan checks each (``Known``). A name bound
+more than ``MAX_MEANINGS`` ways means ``TOO_MANY`` (which the scan refuses): each name's meanings stay few, so
+the scan's work is linear in the cells' size (each node of the tree is looked at once, against a few meanings).
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from functools import lru_cache
 
 NAMED_BY_STRING = {"register_buffer", "register_parameter", "add_module", "register_module"}  # self.<first argument>
 VALUE, FUNCTION = ":value", ":function"  # meanings of a name that are not a module path
+TOO_MANY = ":too many"  # the meaning of a name bound more than MAX_MEANINGS ways (honest cells bind a name 1-3 ways)
+MAX_MEANINGS = 8
 COURSE_IMPORTS = """
 import math
 import statistics
@@ -54,7 +58,7 @@ class Known:
             return self
         merged = dict(self.names)
         for name, meanings in walked.meanings(self.names).items():
-            merged[name] = merged.get(name, frozenset()) | meanings
+            merged[name] = capped(merged.get(name, frozenset()) | meanings)
         return Known(merged, self.attributes | walked.attributes)
 
 
@@ -70,25 +74,32 @@ class Cell:
 
     def meanings(self, before: dict) -> dict[str, frozenset]:
         """What each name the cell binds means, ``before`` being what names meant before it."""
-        found = {name: set(meanings) for name, meanings in self.names.items()}
+        found = dict(self.names)
         for name, parts in self.aliases:
-            paths = (found.get(parts[0], set()) | before.get(parts[0], set())) - {VALUE, FUNCTION}
-            found[name] |= {".".join([path, *parts[1:]]) for path in paths}
-        return {name: frozenset(meanings) for name, meanings in found.items()}
+            paths = (found.get(parts[0], frozenset()) | before.get(parts[0], frozenset())) - {VALUE, FUNCTION, TOO_MANY}
+            found[name] = capped(found[name] | {".".join([path, *parts[1:]]) for path in paths})
+        return found
+
+
+def capped(meanings: frozenset) -> frozenset:
+    """``meanings``, or ``{TOO_MANY}`` when they are more than ``MAX_MEANINGS``."""
+    return meanings if len(meanings) <= MAX_MEANINGS else frozenset({TOO_MANY})
 
 
 @lru_cache(maxsize=1024)
 def cell(source: str, definitions_only: bool = False) -> Cell | None:
     """``source`` walked (with ``definitions_only``: what the examinee runs of a given cell, ``referee._is_definition``);
-    None if it is not Python (it fails when run, with its own error)."""
+    None if it is not Python, or nested deeper than Python's parser goes (it fails when run, with its own error)."""
     from autograder.grading.running.judging.referee import _is_definition, ipython_python
 
     try:
         tree = ast.parse(source)
+    except (RecursionError, MemoryError):  # what the parser raises for an expression thousands deep
+        return None
     except SyntaxError:
-        try:
-            tree = ast.parse(ipython_python(source))  # magics: what IPython (and the examinee) would run
-        except SyntaxError:
+        try:  # magics: what IPython (and the examinee) would run; IPython gives up after 500 rewrites (RuntimeError)
+            tree = ast.parse(ipython_python(source))
+        except (SyntaxError, RecursionError, MemoryError, RuntimeError):
             return None
     if definitions_only:
         tree = ast.Module([s for s in tree.body if _is_definition(s)], [])
@@ -134,7 +145,7 @@ def _bindings(nodes: list) -> tuple[dict, tuple]:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
                 and chain(node.value):
             aliases.append((node.targets[0].id, chain(node.value)))
-    return {name: frozenset(meanings) for name, meanings in found.items()}, tuple(aliases)
+    return {name: capped(frozenset(meanings)) for name, meanings in found.items()}, tuple(aliases)
 
 
 def chain(node: ast.AST) -> list[str] | None:

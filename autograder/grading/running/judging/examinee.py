@@ -10,7 +10,8 @@ the same way (with a uid of its own), that runs only
 - the instructor's given cells (from ``solutions/``), their definitions only, as the referee runs
   them, and the definitions of the visible part of its test cells (the harnesses ``check_with`` runs);
 - the student's answer cells (the submission's cells that match the source's solution cells by nbgrader
-  grade id, else by cell id), each only if the scan finds nothing it refuses (``scan``),
+  grade id, else by cell id), each only if the scan finds nothing it refuses (``scan``, run here, within the
+  notebook's budget),
 
 in notebook order, and then answers (``answer``). The student's other cells never run here. Each answer cell runs
 under torch's profiler (``autograd_use.Watch``): what autograd ran while it ran is said in every reply about an
@@ -70,8 +71,8 @@ SELF_CHECKS_APART = ("the grader runs your answer cells with autograd watched: a
 
 def program(trusted: dict, cells: list[dict]) -> list[dict]:
     """What the examinee runs, in the instructor's notebook order: the given cells and the visible part of
-    the test cells (definitions only), and for each solution cell the student's answer, the reason it is
-    not run (refused by the scan, or missing), and the names the solution defines."""
+    the test cells (definitions only), and for each solution cell the student's answer (not yet scanned: the
+    examinee scans it, ``scan.screen``), or why there is none, and the names the solution defines."""
     def text(cell: dict) -> str:
         source = cell.get("source", "")
         return "".join(source) if isinstance(source, list) else source
@@ -79,26 +80,19 @@ def program(trusted: dict, cells: list[dict]) -> list[dict]:
     code = [c for c in cells if c.get("cell_type") == "code" and not c.get("grade_id")]
     by_answer = {c["answer_id"]: text(c) for c in code if c.get("answer_id")}
     by_cell_id = {c["cell_id"]: text(c) for c in code if c.get("cell_id")}
-    steps, known = [], scan.Known()  # what the cells before an answer bound: the scan resolves its names with it
+    steps = []
     for cell in trusted["cells"]:
         if cell["kind"] == "given":
             steps.append({"kind": "given", "source": cell["source"], "setup": bool(cell.get("setup"))})
-            known = known.given(cell["source"], bool(cell.get("setup")))
         elif cell["kind"] == "test":
             steps.append({"kind": "test", "source": visible_source(cell["source"])})
         else:
             grade_id = cell["grade_id"]
             source = by_answer.get(grade_id, by_cell_id.get(cell.get("cell_id") or grade_id))
-            why = None
-            if source is None:
-                why = f"your notebook has no answer cell '{grade_id}' (the grader finds it by its nbgrader id)"
-            elif scan.problems(source, known):
-                why = scan.refusal(grade_id, scan.problems(source, known))
-            else:
-                known = known.answer(source)
-            steps.append({"kind": "answer", "grade_id": grade_id, "names": cell["names"],
-                          "source": None if why else source, "why": why,
-                          "refused": source is not None and why is not None})
+            why = None if source is not None else \
+                f"your notebook has no answer cell '{grade_id}' (the grader finds it by its nbgrader id)"
+            steps.append({"kind": "answer", "grade_id": grade_id, "names": cell["names"], "source": source, "why": why,
+                          "refused": False, "scanned": False})
     return steps
 
 
@@ -200,6 +194,7 @@ def examinee_main(steps: list[dict], folder: str, limits: Limits, env: dict[str,
         def checkpoint() -> None:  # the answering code's checkpoints, between an answer's code and what it measures
             tampered.extend(name for name in check(False) if name not in tampered)
 
+        steps = scan.screen(steps)  # (here, not in the grader's process: its time is the notebook's)
         refusals = audit.install(audit.trusted_folders(), checkpoint)
         answers = Answers(steps, limits.cell_timeout, guard, refusals, tampered)
         sys.audit(audit.BOUND)  # (no file may be opened from now on)
@@ -233,6 +228,7 @@ class Answers:
         # imports this module and must not import torch).
         from autograder.grading.running.judging.answer import answer
         from autograder.grading.running.judging.autograd_use import Watch
+        from autograder.student.seeds import seed_all
 
         # Without the audit hook, which refuses replacing a function's code or defaults as it happens, the guard
         # compares them after each answer cell (~2,000 audit events a comparison, where a hook sees them).
@@ -240,6 +236,7 @@ class Answers:
         self._watch, self._no_nodes = Watch, Counter()
         self.autograd_in_cells: dict[str, str] = {}  # an answer cell's grade id -> what autograd ran while it ran
         self.cells_of: dict[str, set] = _cells_of(steps)  # a name an answer cell defines -> the cells it shares state with
+        self._seed = seed_all
         self.given, self.answers = _namespace("autograder_examinee_given"), _namespace("autograder_examinee_answers")
         self.missing: dict[str, str] = {}  # a name the solution defines -> why the answers do not define it
         self.refused: set[str] = set()  # the names of answer cells the scan refused: said even where the cell failed
@@ -315,6 +312,8 @@ class Answers:
                 replies.append({"error": self.missing[target], "refused": target in self.refused})
                 continue
             self.refusals()  # (what came before, the instructor's cells, is not this answer's)
+            if isinstance(request.get("test_seed"), int):  # an answer that draws random numbers draws the same each run
+                self._seed(request["test_seed"])
             signal.setitimer(signal.ITIMER_REAL, limit)
             try:
                 reply = self._answer(request, self.answers, self.given)

@@ -9,11 +9,13 @@ tests and never executes a line the student wrote:
 - before the notebook runs, it runs every test cell once (``Referee.plan``): every name the
   solution cells define (``Cube``, ``Net``) is a ``StudentObject`` it may only pass to a judge
   (``autograder.grading.running.judging.judges``: ``check_function``, ``check_saved``, ``check_with``, ...).
-  A judge computes what is right itself, on the referee's own random inputs (seeded from
-  ``os.urandom``, so a recorded answer is useless), and queues a request to the student's process
-  as plain data ("apply F on these tensors, backward with these upstream gradients, send the
-  results back"), answered by the examinee, a process that runs only the notebook's given cells and
-  the student's answer cells (``autograder.grading.running.judging.examinee``, ``answer``);
+  A judge computes what is right itself, on the test's random inputs, and queues a request to the
+  student's process as plain data ("apply F on these tensors, backward with these upstream gradients,
+  send the results back"), answered by the examinee, a process that runs only the notebook's given
+  cells and the student's answer cells (``autograder.grading.running.judging.examinee``, ``answer``).
+  Each test cell starts from its own seed (``autograder.student.seeds``), as it does in the student's
+  process and in JupyterLab, and each judge draws what it adds (upstream gradients) from a seed of
+  its own: the inputs are the same on every run, and a failure says the seed;
 - a test cell whose hidden tests it runs entirely (judges, and asserts on its own values) is
   *decided* by the referee: the student's process gets that cell without its hidden tests, so no
   code of the student's ever sees them; the cell passes only if its visible part passed there and
@@ -30,7 +32,6 @@ from __future__ import annotations
 
 import ast
 import builtins
-import os
 import sys
 import types
 from dataclasses import dataclass
@@ -68,6 +69,7 @@ class Plan:
     failure: str | None    # a hidden assert that failed on the referee's own values
     decided: bool          # every hidden statement ran here: the student's process never sees them
     undecidable: list      # else the hidden statements it could not run, with why (for the instructor)
+    seed: int = 0          # the test's seed (``seeds.seed_of``), said in a failure
 
 
 
@@ -157,22 +159,36 @@ class Referee(Judges):
     is *decided* here: the student's process then runs only its visible part and never sees a hidden line.
     """
 
-    def __init__(self, cells: list[dict], student_names: list[str], ask) -> None:
-        import torch
-
-        torch.manual_seed(int.from_bytes(os.urandom(8), "little") >> 1)
-        self.cells, self.ask = cells, ask
+    def __init__(self, cells: list[dict], student_names: list[str], ask, seed_of=None) -> None:
+        """``seed_of(grade_id)``: each test's seed (``seeds.seed_of`` unless told: a sweep of seeds tells it)."""
+        self.cells, self.ask, self.seed_of = cells, ask, seed_of
         # A real module's globals: torch.compile looks a function's module up in sys.modules by name.
         module = types.ModuleType("autograder_referee_tests")
         sys.modules[module.__name__] = module
         self.namespace = module.__dict__
         self.namespace["__builtins__"] = builtins
         self.namespace.update({name: StudentObject(name) for name in student_names})
-        self.namespace.update({name: getattr(self, name) for name in JUDGES})
+        self._judges()
         self.namespace["print"] = lambda *args, **kwargs: None  # the student's process prints the cell's output
         self.pending: list[tuple[dict, object]] = []  # the cell being planned: (request, what judges its reply)
         self.plans: dict[str, Plan] | None = None
         self.contracts: dict = {}  # the exercises' requirements (``requires``), stated in the test cells
+        self.seed = 0  # the seed of the cell being planned
+
+    def _judges(self) -> None:
+        """Put the judges (back) in the tests' namespace, each drawing what it adds from a seed of its own: the
+        cell's own draws then follow one another as they do where no judge draws (the student's process)."""
+        for name in JUDGES:
+            self.namespace[name] = self._apart(getattr(self, name))
+
+    def _apart(self, judge):
+        import torch
+
+        def run(*args, **kwargs):
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed((self.seed * 1_000_003 + len(self.pending) + 1) % 2**32)
+                return judge(*args, **kwargs)
+        return run
 
     def plan(self) -> list[str]:
         """Run every cell once now; return the test cells the referee decides (their hidden tests run here only)."""
@@ -182,7 +198,7 @@ class Referee(Judges):
                 if cell["kind"] == "given":
                     self._run(cell["source"], definitions_only=True)
                 elif cell["kind"] == "test":
-                    self.plans[cell["grade_id"]] = self._plan_test(cell["source"])
+                    self.plans[cell["grade_id"]] = self._plan_test(cell["grade_id"], cell["source"])
         return [grade_id for grade_id, plan in self.plans.items() if plan.decided]
 
     def judge_cell(self, grade_id: str, failed_there: bool = False) -> tuple[int, str | None]:
@@ -197,17 +213,22 @@ class Referee(Judges):
         if plan is None:
             return 0, None
         if not plan.pending:
-            return 0, plan.failure
+            return 0, _with_seed(plan.failure, plan.seed)
         replies = self.ask([request for request, _ in plan.pending])
         if not (isinstance(replies, list) and len(replies) == len(plan.pending)):
             replies = [None] * len(plan.pending)
         failures = [problem for (request, compare), reply in zip(plan.pending, replies) for problem in [compare(reply)]
                     if problem and not (failed_there and not _refused(reply)
                                         and (request["kind"] != "diagnosis" or unanswered(reply)))]
-        return len(plan.pending), plan.failure or (failures[0] if failures else None)
+        return len(plan.pending), _with_seed(plan.failure or (failures[0] if failures else None), plan.seed)
 
-    def _plan_test(self, source: str) -> "Plan":
-        """Run one test cell: its visible part as far as it can, its hidden part entirely (or not decided)."""
+    def _plan_test(self, grade_id: str, source: str) -> "Plan":
+        """Run one test cell from its seed: its visible part as far as it can, its hidden part entirely (or not
+        decided). Each request carries a seed of its own (``test_seed``), which the examinee answers it from."""
+        from autograder.student import seeds
+
+        self.seed = (self.seed_of or seeds.seed_of)(grade_id)
+        seeds.seed_all(self.seed)
         self.pending, failure, hidden_ran, undecidable = [], None, False, []
         for hidden, chunk in hidden_chunks(source):
             if not hidden:
@@ -223,9 +244,10 @@ class Referee(Judges):
                     undecidable.append(f"line {statement.lineno}: {ast.unparse(statement).splitlines()[0][:100]} "
                                        f"({type(error).__name__}: {str(error)[:100]})")
                     self._make_unavailable(statement)
-                for name in JUDGES:
-                    self.namespace[name] = getattr(self, name)
-        return Plan(self.pending, failure, hidden_ran and not undecidable and bool(self.pending), undecidable)
+                self._judges()
+        for number, (request, _) in enumerate(self.pending):
+            request["test_seed"] = (self.seed + number) % 2**32
+        return Plan(self.pending, failure, hidden_ran and not undecidable and bool(self.pending), undecidable, self.seed)
 
     def _run(self, source: str, definitions_only: bool) -> None:
         for statement in _statements(source):
@@ -237,8 +259,7 @@ class Referee(Judges):
                 exec(compile(ast.Module([statement], []), "<test>", "exec"), self.namespace)
             except BaseException:  # noqa: BLE001 (any failure here only means: not decidable outside)
                 self._make_unavailable(statement)
-            for name in JUDGES:
-                self.namespace[name] = getattr(self, name)
+            self._judges()
 
     def _make_unavailable(self, statement: ast.stmt) -> None:
         """What a skipped statement assigned, and every tensor or container it used, may now be wrong."""
@@ -248,6 +269,16 @@ class Referee(Judges):
             if not _kept(self.namespace.get(name)):
                 self.namespace[name] = UNAVAILABLE
 
+
+
+def _with_seed(failure: str | None, seed: int) -> str | None:
+    """A failure, with the seed its inputs came from (``seeds.reproduce``) after its first line."""
+    from autograder.student.seeds import reproduce
+
+    if failure is None:
+        return None
+    head, newline, details = failure.partition("\n")
+    return f"{head} {reproduce(seed)}{newline}{details}"
 
 
 def _refused(reply) -> bool:

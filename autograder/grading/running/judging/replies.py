@@ -77,7 +77,7 @@ def as_found(name: str, problem: str, named: bool = False) -> str:
     the details (the values that differ) on the lines after."""
     head, _, details = problem.partition("\n")
     return (f"{'' if named else name + ': '}{head.rstrip('.')} (found by the grader's own check, which runs this "
-            f"cell's checks outside your notebook's process, on new random inputs){chr(10) if details else ''}"
+            f"cell's checks outside your notebook's process){chr(10) if details else ''}"
             f"{details}")
 
 

@@ -10,7 +10,12 @@ and its line. The rule is about the source alone (data whose truth does not depe
 
 What a name in an answer means is what the cells before it bound (``Known``: the given cells' imports and
 definitions, the earlier answer cells'), what the answer binds itself, else a builtin. A name bound two
-ways (``F`` imported as ``torch.nn.functional``, then ``F = Square``) must pass the rules of both.
+ways (``F`` imported as ``torch.nn.functional``, then ``F = Square``) must pass the rules of both; a name
+bound more than ``bindings.MAX_MEANINGS`` ways is refused.
+
+The scan runs in the examinee (``screen``, before any answer runs there), so its time is the notebook's
+(its budget), and its work is linear in the cell's size: the tree is walked once, each node checked against
+the few meanings of its names (a chain of attributes once, at its outermost node).
 
 Refused, besides what the allow-list does not name:
 
@@ -39,7 +44,8 @@ import string
 from functools import lru_cache
 
 from autograder.grading.running.judging import allowed
-from autograder.grading.running.judging.bindings import FUNCTION, VALUE, Cell, Known, cell, chain, literal
+from autograder.grading.running.judging.bindings import (FUNCTION, MAX_MEANINGS, TOO_MANY, VALUE, Cell, Known, cell,
+                                                         chain, capped, literal)
 
 SPECIAL_METHODS = {"__init__", "__call__", "__repr__", "__str__", "__post_init__"}
 SPECIAL_NAMES = {"__name__", "__doc__"}  # as names (``if __name__ == "__main__"``)
@@ -68,8 +74,29 @@ def problems(source: str, known: Known | None = None) -> list[str]:
     if walked is None:
         return []
     scan = _Scan(walked, known or _course())
-    scan.run()
+    try:
+        scan.run()
+    except RecursionError:  # (ast.unparse, for a message: an expression over a thousand deep)
+        return ["line 1: an expression nested too deeply to read"]
     return [f"line {line}: {what}" for line, what in sorted(set(scan.found))]
+
+
+def screen(steps: list[dict]) -> list[dict]:
+    """``steps`` (``examinee.program``'s) with each answer not yet scanned (``"scanned": False``) scanned in order, what
+    the cells before it bound resolving its names: one the scan refuses is not run (``source`` None), and ``why`` says
+    what it uses. Run in the examinee, inside the notebook's budget."""
+    known = Known()
+    for step in steps:
+        if step["kind"] == "given":
+            known = known.given(step["source"], bool(step.get("setup")))
+        elif step["kind"] == "answer" and step["source"] is not None:
+            found = [] if step.get("scanned") else problems(step["source"], known)
+            step["scanned"] = True
+            if found:
+                step.update(source=None, why=refusal(step["grade_id"], found), refused=True)
+            else:
+                known = known.answer(step["source"])
+    return steps
 
 
 @lru_cache(maxsize=1)
@@ -85,7 +112,7 @@ class _Scan:
         self.meanings = dict(known.names)
         self.own_names = cell.meanings(known.names)
         for name, meanings in self.own_names.items():  # (a builtin the answer rebinds somewhere: both)
-            self.meanings[name] = self._name_meanings(name) | meanings
+            self.meanings[name] = capped(self._name_meanings(name) | meanings)
         self.own_attributes = known.attributes | cell.attributes
         self.found: list[tuple[int, str]] = []
 
@@ -116,10 +143,15 @@ class _Scan:
         if not isinstance(node.ctx, ast.Load) or self._is_base(node):
             return  # (stored: the answer's own; a base: checked with its attributes)
         for meaning in self._name_meanings(node.id):
-            if meaning.startswith("builtins."):
+            if meaning == TOO_MANY:
+                self._too_many(node, node.id)
+            elif meaning.startswith("builtins."):
                 self._builtin(node, meaning.removeprefix("builtins."))
             elif meaning not in (VALUE, FUNCTION):
                 self._path(node, meaning.split("."), node)
+
+    def _too_many(self, node: ast.AST, name: str) -> None:
+        self.flag(node, f"the name `{name}`, bound more than {MAX_MEANINGS} different ways")
 
     def _builtin(self, node: ast.Name, name: str) -> None:
         parent = self.parents.get(id(node))
@@ -186,7 +218,9 @@ class _Scan:
         meanings = self._name_meanings(base.id) if isinstance(base, ast.Name) else frozenset({VALUE})
         for meaning in meanings or {VALUE}:
             builtin = meaning.removeprefix("builtins.") if meaning.startswith("builtins.") else None
-            if builtin and (builtin not in self.list["builtins"] or builtin in ATTRIBUTE_BUILTINS | {"type"}):
+            if meaning == TOO_MANY:
+                self._too_many(node, base.id)
+            elif builtin and (builtin not in self.list["builtins"] or builtin in ATTRIBUTE_BUILTINS | {"type"}):
                 self.flag(node, f"`{builtin}`")
             elif builtin or meaning in (VALUE, FUNCTION):
                 self._value_attributes(node, parts, change)
