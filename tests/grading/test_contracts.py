@@ -40,8 +40,8 @@ class _Recording(Referee):
         super().__init__(cells, names, lambda requests: [None] * len(requests))
         self.seen: list[tuple[str, set, set]] = []  # (grade id, names checked, names with a requirement by then)
 
-    def _plan_test(self, source):
-        plan = super()._plan_test(source)
+    def _plan_test(self, grade_id, source):
+        plan = super()._plan_test(grade_id, source)
         self.seen.append(("", {r["target"] for r, _ in plan.pending}, set(self.contracts)))
         return plan
 

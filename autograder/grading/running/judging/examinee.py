@@ -380,10 +380,12 @@ def _global_names(source: str) -> tuple[set, set, set]:
 
     try:
         table = symtable.symtable(source, "<cell>", "exec")
+    except (RecursionError, MemoryError):  # nested past what Python compiles: the cell cannot run either
+        return set(), set(), set()
     except SyntaxError:
         try:
             table = symtable.symtable(ipython_python(source), "<cell>", "exec")
-        except SyntaxError:
+        except (SyntaxError, RecursionError, MemoryError):
             return set(), set(), set()
     top = table.get_symbols()
     binds = {s.get_name() for s in top if s.is_assigned() and not s.is_imported()}
