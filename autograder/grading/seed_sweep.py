@@ -94,10 +94,11 @@ def sweep(notebook: Path, seeds: int, tests: list[str] | None = None, report=Non
 
 
 def sweep_apart(notebook: Path, seeds: int, tests: list[str] | None = None, first: int = 0) -> list[Failure]:
-    """``sweep``, in a process forked from this one."""
+    """``sweep``, in a new process (spawned, not forked: a process forked after torch's OpenMP threads ran waits
+    forever at its first parallel operation, as GNU libgomp is not safe to fork)."""
     import multiprocessing
 
-    with multiprocessing.get_context("fork").Pool(1) as pool:
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
         return pool.apply(sweep, (notebook, seeds, tests, None, first))
 
 
