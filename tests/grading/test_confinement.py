@@ -284,11 +284,10 @@ def test_without_the_confinement_the_attacks_would_pass(name):
     try:
         assert _judged_here(name, ATTACKS[name][0]) is None
         assert _judged_here("openly", OPENLY[0]) is not None  # (the same check, with autograd in sight)
-    finally:
+        assert _judged_here("restores", RESTORE_ON_FIRST_CALL.format(
+            where="__import__('sys').modules['autograder.grading.running.judging.autograd_use'].Watch")) is None
+    finally:  # (what an attack replaced in this process must not reach the next test: the tamper guard would see it)
         autograd_use.Watch.found = found
-    assert _judged_here("restores", RESTORE_ON_FIRST_CALL.format(where="__import__('sys').modules["
-                                                                       "'autograder.grading.running.judging.autograd_use']"
-                                                                       ".Watch")) is None
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="becoming a uid of its own, as the sandbox does, needs root")
