@@ -50,7 +50,7 @@ def will_run_notebooks(args: list[str], course: Course) -> bool:
         return False
     submitted = course.grading / "submitted"
     return "--force" in args or any(
-        not (course.grading / "autograded" / folder.relative_to(submitted) / ".autograder.json").exists()  # grade.MARKER
+        not (course.grading / "autograded" / folder.relative_to(submitted) / ".autograder.json").exists()  # resume.MARKER
         for folder in submitted.glob("*/*") if folder.is_dir())
 
 

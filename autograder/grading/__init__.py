@@ -15,7 +15,8 @@ Three rooms, imported only downwards (``running`` <- ``records`` <- ``results`` 
   ``fingerprint`` (what a grade depends on) and ``speed`` (nbgrader's gradebook steps made cheap);
 - ``results``: what comes out: ``feedback``, ``report``, ``export``, ``similarity`` and ``terminal``
   (tables and progress bars);
-- here: ``grade`` (the pipeline: nbgrader's own steps around the parallel executor), ``selfcheck``
+- here: ``grade`` (the pipeline: nbgrader's own steps around the parallel executor; its gradebook side's
+  jobs in ``grader``: the ``assignment``, ``resume``, ``intake`` and ``scoring``), ``selfcheck``
   (``check NOTEBOOK``), ``bench`` (against sequential ``nbgrader autograde``) and ``demo``.
 
 Every step finds the course through ``autograder.course``.

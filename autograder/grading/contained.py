@@ -10,10 +10,7 @@ traceback.
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
-
-from nbgrader.api import Gradebook
 
 from autograder.course import CourseError
 from autograder.grading.records.grades import Row, worsen
@@ -63,30 +60,27 @@ class Contained:
             problem = f"{task.notebook_id}.ipynb: the grader could not score it ({why(error)})"
             if task.student_id not in self.pending:  # it failed while moving the graded folder into place
                 return self.finish_student(task.student_id, self.unusable(task.student_id, problem))
-            self._zero(task.student_id, task.notebook_id)
-            write_problem_notebook(Path(task.graded) / f"{task.notebook_id}.ipynb", problem)
             row, _ = self.pending[task.student_id]
-            worsen(row, "invalid notebook", problem)
+            self.score_zero(row, task.notebook_id, Path(task.graded), problem)
             return self.notebook_done(task.student_id)
 
     def unusable(self, student: str, problem: str) -> Row:
         """The row of a submission the grader could not handle at all, with its staging folder made ready to
         be finished (``finish_student``): every notebook scores 0 and its page says why."""
         self.pending.pop(student, None)
-        row = Row(student, self.assignment, 0.0, self.max_score)
+        assignment = self.assignment
+        row = assignment.row(student)
         worsen(row, "invalid notebook", problem)
-        staging = self.staging / student / self.assignment
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir(parents=True)
+        staging = assignment.fresh_staging(student)
         try:  # in the gradebook with 0, as grades.csv has it (and so nbgrader makes the student's page)
-            with Gradebook(self.db_url, self.coursedir.course_id) as gb:
+            with assignment.gradebook() as gb:
                 gb.update_or_create_student(student)
-                gb.update_or_create_submission(self.assignment, student)
-            for notebook_id in self.notebook_ids:
-                self._zero(student, notebook_id)
+                gb.update_or_create_submission(assignment.name, student)
+            for notebook_id in assignment.notebook_ids:
+                assignment.zero(student, notebook_id)
         except Exception:  # registering it is what failed: `feedback` then gives it a page saying so
             pass
-        for notebook_id in self.notebook_ids:
+        for notebook_id in assignment.notebook_ids:
             self.sanitized.pop((student, notebook_id), None)
             write_problem_notebook(staging / f"{notebook_id}.ipynb", problem)
         return row

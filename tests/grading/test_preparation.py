@@ -154,7 +154,7 @@ def test_nbgrader_records_every_crafted_notebook_exactly_as_prepared(course_copy
             with course.gradebook() as gb:
                 gb.update_or_create_student(student)
                 gb.update_or_create_submission(assignment, student)
-            prepared = prepare(submitted, grader._source(assignment))
-            recorded = grader._bookkeeping(prepared, student, assignment)  # raises if nbgrader changed a cell
+            prepared = prepare(submitted, grader.intake.source(assignment))
+            recorded = grader.intake.bookkeeping(prepared, student, assignment)  # raises if nbgrader changed a cell
             assert [c.source for c in recorded.cells] == [c["source"] for c in cells_to_run(prepared)]
             nbformat.validate(recorded)

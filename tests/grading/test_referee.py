@@ -515,7 +515,7 @@ def test_grade_counts_the_points_decided_in_the_students_process():
     import nbformat
 
     from autograder.commands.grade import decided_by_whom
-    from autograder.grading.grade import points_in_process
+    from autograder.grading.grader.scoring import points_in_process
     from autograder.grading.records.grades import Row
 
     nb = nbformat.read(NOTEBOOK, as_version=4)

@@ -16,7 +16,7 @@ from autograder.course import is_dropping
 
 # The code whose behaviour decides a score: the checker the tests call and the grading pipeline.
 _PACKAGE = Path(autograder.__file__).resolve().parent
-GRADER_SOURCES = ("student/**/*.py", "course.py", "grading/grade.py", "grading/running/*.py",
+GRADER_SOURCES = ("student/**/*.py", "course.py", "grading/grade.py", "grading/grader/*.py", "grading/running/*.py",
                   "authoring/nbgrader_config.py")
 
 

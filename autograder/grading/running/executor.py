@@ -139,148 +139,240 @@ def execute(cells: list[dict], cwd: str, limits: Limits = Limits(),
     The notebook (its cells and the referee's checks) has ``notebook_budget(limits)`` seconds of wall-clock
     and of CPU time (``autograder.grading.running.confinement.budget``); past them it is stopped (``over budget``). When
     it ends, every process it started is killed (``autograder.grading.running.confinement.processes``).
+
+    The steps are ``_Run``'s: start the processes, follow the notebook's messages, clean up, then say how it ended.
     """
     started = time.monotonic()
     if "auto" in (limits.sandbox, limits.memory_bound):  # a Dask worker: its own machine decides
         limits = confine(limits, [])
-    result = Execution()
-    context = _context()
-    judged = trusted is not None and any(c.get("grade_id") for c in cells)
-    examinee = Examinee(context, program(trusted, cells), limits, env or {}) if judged else None
-    referee = RefereeProcess.for_notebook(context, trusted, limits) if judged else None
-    decided = referee.decided_cells() if referee is not None else set()
-    result.decided = {i for i, c in enumerate(cells) if c.get("grade_id") in decided}
-    child, receive = start(context, child_main, (_for_the_student(cells, decided), cwd, limits, env or {}, judged),
-                           "autograder-notebook")
-    child_started = processes.start_time(child.pid)
-    budget = Budget(notebook_budget(limits), notebook_budget(limits), [(child.pid, child_started)]
-                    + ([(examinee.process.pid, examinee.started)] if examinee else []))
-    messages = Messages(cells, limits.output_chars)
-    running, cell_started, timed_out, done, where = None, time.monotonic(), False, False, None
+    run = _Run(cells, limits, env or {})
+    run.start(cwd, trusted)
     try:
-        while True:
-            limit = min(limits.after_timeout, limits.cell_timeout) if timed_out else limits.cell_timeout
-            deadline = cell_started + limit + 5.0
-            if receive.poll(max(0.05, deadline - time.monotonic())):
-                try:
-                    message = messages.read(receive, child, deadline)
-                except EOFError:
-                    break
-                except ProtocolError as error:
-                    child.terminate()  # SIGTERM: in Landlock mode the sandbox then kills what the notebook left
-                    why = f"the notebook's process sent the grader an invalid message ({error})"
-                    if running is not None:
-                        _append(result, running, error_output("DeadKernelError", why))
-                    result.status, result.cell, result.detail = "kernel died", running, why
-                    running = "killed"
-                    break
-                kind = message[0]
-                if kind == "start":
-                    running, cell_started, where = message[1], time.monotonic(), message[1]
-                elif kind == "end":
-                    _, index, outputs, count, status = message
-                    result.outputs[index], result.execution_counts[index] = outputs, count
-                    running = None
-                    if status != "ok" and result.status == "graded":
-                        result.status, result.cell = status, index
-                    elif result.status == "graded" and _stopped_for_memory(limits, child.pid):  # (a process it started)
-                        result.status, result.cell, result.detail = "ran out of memory", index, _memory_why(limits)
-                    timed_out = timed_out or status == "timed out"
-                    if referee is not None and cells[index].get("grade_id"):
-                        # A cell that failed in the student's process fails whatever the referee finds; where
-                        # the referee holds its hidden tests it still says what they found (it may name the
-                        # mistake: 05's diagnoses), after the visible part's own error, but not that the
-                        # student's code raised again (one message per cause: not done yet, an error, a timeout).
-                        failed_here = any(o["output_type"] == "error" for o in outputs)
-                        # The notebook goes on meanwhile (its next cells' messages wait in the pipe): the
-                        # referee and the examinee are other processes, so on a second core they overlap.
-                        tell(receive, ["continue"])
-                        if not failed_here or index in result.decided:
-                            result.judged[index], failure = referee.judge(cells[index]["grade_id"], examinee,
-                                                                          failed_here)
-                            if failure:
-                                _append(result, index, error_output("AssertionError", failure))
-                        if examinee.gone and result.status == "graded" and not budget.exceeded:
-                            # Its checks fail from here on; the notebook itself goes on.
-                            why = f"the process that runs your answers for the grader's checks stopped: {examinee.gone}"
-                            result.status, result.cell, result.detail = "kernel died", index, why
-                            if _stopped_for_memory(limits, examinee.process.pid):
-                                result.status, result.detail = "ran out of memory", why + f" ({_memory_why(limits)})"
-                        cell_started = time.monotonic()
-                elif kind == "done":
-                    done = True
-                    break
-                elif kind == "crash":
-                    # Student code runs in this process and can break it too (or the grader has a bug):
-                    # this notebook stops here, the batch goes on.
-                    why = "the grading process failed: " + crash_line(message[1], 500)
-                    if running is not None:
-                        _append(result, running, error_output("DeadKernelError", why))
-                    result.status, result.cell, result.detail = "kernel died", running, why
-                    running = "killed"
-                    break
-            elif running is not None:
-                # The cell ignored its own alarm (e.g. a bare ``except:`` in a loop): stop it.
-                child.terminate()
-                _append(result, running, error_output("TimeoutError",
-                        f"timed out after {limit:g} s: the cell did not stop when asked, so "
-                        "grading stopped this notebook here"))
-                result.status, result.cell, result.detail = "timed out", running, "did not stop when asked"
-                running = "killed"
-                break
-            elif not child.is_alive():
-                break
+        run.follow_messages()
     finally:
-        budget.stop()
-        if examinee is not None:
-            examinee.stop()  # it ends while the notebook's process does
-        if referee is not None:
-            referee.done()
+        run.clean_up()
+    run.say_how_it_ended()
+    run.result.seconds = time.monotonic() - started
+    return run.result
+
+
+class _Run:
+    """One run of one notebook, from the parent's side: its processes, and what the child has said so far.
+
+    ``running`` is the cell the child is running (``None`` between cells), ``last_started`` the last cell it
+    started; ``timed_out`` once a cell has timed out, ``done`` once the child has run every cell, ``stopped``
+    once grading has stopped the notebook and said why in ``result``.
+    """
+
+    def __init__(self, cells: list[dict], limits: Limits, env: dict[str, str]) -> None:
+        self.cells, self.limits, self.env = cells, limits, env
+        self.result = Execution()
+        self.running: int | None = None
+        self.last_started: int | None = None
+        self.timed_out = self.done = self.stopped = self.stopped_for_memory = False
+
+    # -- starting
+
+    def start(self, cwd: str, trusted: dict | None) -> None:
+        """Start the referee and the examinee (for a notebook with test cells to judge), then the notebook's child."""
+        context = _context()
+        judged = trusted is not None and any(c.get("grade_id") for c in self.cells)
+        self.examinee = Examinee(context, program(trusted, self.cells), self.limits, self.env) if judged else None
+        self.referee = RefereeProcess.for_notebook(context, trusted, self.limits) if judged else None
+        decided = self.referee.decided_cells() if self.referee is not None else set()
+        self.result.decided = {i for i, c in enumerate(self.cells) if c.get("grade_id") in decided}
+        self.child, self.receive = start(context, child_main, (_for_the_student(self.cells, decided), cwd,
+                                                               self.limits, self.env, judged), "autograder-notebook")
+        self.child_started = processes.start_time(self.child.pid)
+        watched = [(self.child.pid, self.child_started)]
+        if self.examinee:
+            watched.append((self.examinee.process.pid, self.examinee.started))
+        self.budget = Budget(notebook_budget(self.limits), notebook_budget(self.limits), watched)
+        self.messages = Messages(self.cells, self.limits.output_chars)
+        self.cell_started = time.monotonic()  # the first cell's time counts from here
+
+    # -- following the notebook
+
+    def follow_messages(self) -> None:
+        """Act on the child's messages until it is done, its pipe closes, or grading stops it."""
+        while True:
+            # Once a cell has timed out, later cells get less time: a looping function costs the full limit once.
+            limit = min(self.limits.after_timeout, self.limits.cell_timeout) if self.timed_out \
+                else self.limits.cell_timeout
+            deadline = self.cell_started + limit + 5.0
+            if self.receive.poll(max(0.05, deadline - time.monotonic())):
+                if not self._take_message(deadline):
+                    return
+            elif self.running is not None:
+                self._ignored_alarm(limit)
+                return
+            elif not self.child.is_alive():
+                return
+
+    def _take_message(self, deadline: float) -> bool:
+        """Read the child's next message and act on it; False when there is nothing more to follow."""
+        try:
+            message = self.messages.read(self.receive, self.child, deadline)
+        except EOFError:
+            return False
+        except ProtocolError as error:
+            self._sent_an_invalid_message(error)
+            return False
+        kind = message[0]
+        if kind == "start":
+            self._cell_started(message[1])
+        elif kind == "end":
+            _, index, outputs, count, status = message
+            self._cell_ended(index, outputs, count, status)
+        elif kind == "done":
+            self.done = True
+        elif kind == "crash":
+            self._crashed(message[1])
+        return kind not in ("done", "crash")
+
+    def _cell_started(self, index: int) -> None:
+        self.running, self.last_started, self.cell_started = index, index, time.monotonic()
+
+    def _cell_ended(self, index: int, outputs: list[dict], count: int, status: str) -> None:
+        """Keep the cell's outputs and what it says of how it ended; a test cell then goes to the referee."""
+        result = self.result
+        result.outputs[index], result.execution_counts[index] = outputs, count
+        self.running = None
+        if status != "ok" and result.status == "graded":
+            result.status, result.cell = status, index
+        elif result.status == "graded" and _stopped_for_memory(self.limits, self.child.pid):  # (a process it started)
+            result.status, result.cell, result.detail = "ran out of memory", index, _memory_why(self.limits)
+        self.timed_out = self.timed_out or status == "timed out"
+        if self.referee is not None and self.cells[index].get("grade_id"):
+            self._judge(index, outputs)
+            self.cell_started = time.monotonic()
+
+    def _judge(self, index: int, outputs: list[dict]) -> None:
+        """The referee's checks of test cell ``index``; a failure is shown in the cell."""
+        # A cell that failed in the student's process fails whatever the referee finds; where
+        # the referee holds its hidden tests it still says what they found (it may name the
+        # mistake: 05's diagnoses), after the visible part's own error, but not that the
+        # student's code raised again (one message per cause: not done yet, an error, a timeout).
+        failed_here = any(o["output_type"] == "error" for o in outputs)
+        # The notebook goes on meanwhile (its next cells' messages wait in the pipe): the
+        # referee and the examinee are other processes, so on a second core they overlap.
+        tell(self.receive, ["continue"])
+        if not failed_here or index in self.result.decided:
+            self.result.judged[index], failure = self.referee.judge(self.cells[index]["grade_id"], self.examinee,
+                                                                    failed_here)
+            if failure:
+                _append(self.result, index, error_output("AssertionError", failure))
+        if self.examinee.gone and self.result.status == "graded" and not self.budget.exceeded:
+            self._examinee_stopped(index)
+
+    def _examinee_stopped(self, index: int) -> None:
+        """The examinee is gone: its checks fail from here on; the notebook itself goes on."""
+        why = f"the process that runs your answers for the grader's checks stopped: {self.examinee.gone}"
+        self.result.status, self.result.cell, self.result.detail = "kernel died", index, why
+        if _stopped_for_memory(self.limits, self.examinee.process.pid):
+            self.result.status, self.result.detail = "ran out of memory", why + f" ({_memory_why(self.limits)})"
+
+    # -- grading stops the notebook
+
+    def _sent_an_invalid_message(self, error: ProtocolError) -> None:
+        self.child.terminate()  # SIGTERM: in Landlock mode the sandbox then kills what the notebook left
+        why = f"the notebook's process sent the grader an invalid message ({error})"
+        self._stop("kernel died", error_output("DeadKernelError", why), why)
+
+    def _crashed(self, traceback_text: str) -> None:
+        """Student code runs in the child and can break it too (or the grader has a bug): this notebook stops
+        here, the batch goes on."""
+        why = "the grading process failed: " + crash_line(traceback_text, 500)
+        self._stop("kernel died", error_output("DeadKernelError", why), why)
+
+    def _ignored_alarm(self, limit: float) -> None:
+        """The cell ignored its own alarm (e.g. a bare ``except:`` in a loop): stop it."""
+        self.child.terminate()
+        self._stop("timed out", error_output("TimeoutError", f"timed out after {limit:g} s: the cell did not stop "
+                                             "when asked, so grading stopped this notebook here"),
+                   "did not stop when asked")
+
+    def _stop(self, status: str, output: dict, detail: str) -> None:
+        """Grading stops the notebook: the running cell (if any) shows ``output``; the notebook ends with ``status``."""
+        if self.running is not None:
+            _append(self.result, self.running, output)
+        self.result.status, self.result.cell, self.result.detail = status, self.running, detail
+        self.stopped = True
+
+    # -- the end
+
+    def clean_up(self) -> None:
+        """Stop the budget, the examinee, the referee and the child, and whatever the child left running."""
+        self.budget.stop()
+        if self.examinee is not None:
+            self.examinee.stop()  # it ends while the notebook's process does
+        if self.referee is not None:
+            self.referee.done()
+        child = self.child
         child.join(1)
         if child.is_alive():
             child.terminate()
             child.join(1)
         # Whatever it left running (detached, stopped, ignoring signals) dies with it.
-        processes.end_sandbox(child.pid, child_started, UID_BASE + child.pid if limits.sandbox == "namespaces" else None)
+        processes.end_sandbox(child.pid, self.child_started,
+                              UID_BASE + child.pid if self.limits.sandbox == "namespaces" else None)
         child.join()
-        stopped_for_memory = _stopped_for_memory(limits, child.pid)
+        self.stopped_for_memory = _stopped_for_memory(self.limits, child.pid)
         memory.release(child.pid)
-        if examinee is not None:
-            examinee.end()
-            memory.release(examinee.process.pid)
-        receive.close()
-    if budget.exceeded and not done:
-        index = running if isinstance(running, int) else where
-        why = f"{budget.exceeded} (cells and the grader's checks together)"
+        if self.examinee is not None:
+            self.examinee.end()
+            memory.release(self.examinee.process.pid)
+        self.receive.close()
+
+    def say_how_it_ended(self) -> None:
+        """The notebook's status, the cell where it ended and why; cells that did not run say so; the verdicts."""
+        if self.budget.exceeded and not self.done:
+            self._over_budget()
+        if not self.stopped:
+            if self.running is not None:
+                self._died_in_cell()
+            elif not self.done:
+                self._ended_between_cells()
+        if not self.done:
+            self._not_run()
+        self.result.verdicts = verdicts(self.cells, self.result)
+
+    def _over_budget(self) -> None:
+        index, result = self.last_started, self.result
+        why = f"{self.budget.exceeded} (cells and the grader's checks together)"
         if index is not None:
             _append(result, index, error_output("TimeoutError", f"over budget: {why}, so grading stopped this "
                                                                  "notebook here"))
         result.status, result.cell, result.detail = "over budget", index, why
-        running = "killed"
-    if running not in (None, "killed") and stopped_for_memory:
-        # The kernel stopped it: its processes together passed their memory cgroup's limit.
-        _append(result, running, error_output("MemoryError", f"ran out of memory: {_memory_why(limits)}"))
-        result.status, result.cell, result.detail = "ran out of memory", running, _memory_why(limits)
-    elif running not in (None, "killed"):
-        # The process vanished in the middle of a cell.
-        why = _death(child.exitcode)
-        _append(result, running, error_output("DeadKernelError", f"the kernel died while running this cell ({why})"))
-        result.status, result.cell, result.detail = "kernel died", running, why
-    elif running is None and not done:
-        # It ended between cells without saying it was done: what did not run did not pass.
-        why = _memory_why(limits) if stopped_for_memory else _death(child.exitcode)
-        if result.status == "graded":
-            result.status, result.cell, result.detail = ("ran out of memory" if stopped_for_memory else "kernel died",
-                                                         messages.next_cell(), why)
-    if not done:
-        for index, cell in enumerate(cells):
+        self.stopped = True
+
+    def _died_in_cell(self) -> None:
+        """The process vanished in the middle of a cell, or the kernel stopped it: its processes together
+        passed their memory cgroup's limit."""
+        if self.stopped_for_memory:
+            status, why = "ran out of memory", _memory_why(self.limits)
+            output = error_output("MemoryError", f"ran out of memory: {why}")
+        else:
+            status, why = "kernel died", _death(self.child.exitcode)
+            output = error_output("DeadKernelError", f"the kernel died while running this cell ({why})")
+        _append(self.result, self.running, output)
+        self.result.status, self.result.cell, self.result.detail = status, self.running, why
+
+    def _ended_between_cells(self) -> None:
+        """It ended between cells without saying it was done: what did not run did not pass."""
+        why = _memory_why(self.limits) if self.stopped_for_memory else _death(self.child.exitcode)
+        if self.result.status == "graded":
+            self.result.status = "ran out of memory" if self.stopped_for_memory else "kernel died"
+            self.result.cell, self.result.detail = self.messages.next_cell(), why
+
+    def _not_run(self) -> None:
+        """Every code cell without outputs says it did not run, and why grading stopped."""
+        result = self.result
+        for index, cell in enumerate(self.cells):
             if cell.get("cell_type") == "code" and index not in result.outputs:
                 result.outputs[index] = [error_output(
                     "NotRunError", f"not run: grading of this notebook stopped earlier ({result.status}"
                     f"{': ' + result.detail if result.detail else ''})")]
-    result.verdicts = verdicts(cells, result)
-    result.seconds = time.monotonic() - started
-    return result
 
 
 def verdicts(cells: list[dict], result: Execution) -> dict[int, Verdict]:
