@@ -69,3 +69,23 @@ def test_why_a_marker_no_longer_holds():
     assert why_regrade({"graded_with": {"source": "s1", "grader": "g1"}}, now) == "the assignment's tests changed"
     assert why_regrade({"graded_with": {"source": "s2", "grader": "g0"}}, now) == "the grader changed"
     assert why_regrade({"fingerprint": "x"}, now) == "the grader changed"
+
+
+
+def test_the_grader_fingerprint_covers_every_file_that_decides_a_verdict(monkeypatch):
+    """A fixed judge, examinee, scan (its allow-list too) or scoring regrades: each file of grading/running, in every
+    room, and the records that score or refuse a notebook, changed in turn, changes the grader's fingerprint."""
+    from autograder.grading.records import fingerprint
+
+    package = fingerprint._PACKAGE
+    deciding = sorted((package / "grading" / "running").rglob("*.py")) + [
+        package / "grading/running/judging/allowed.json", package / "grading/records/scores.py",
+        package / "grading/records/submissions.py", package / "grading/contained.py",
+        package / "student/checker/core.py"]
+    before, read = fingerprint.grader_version(), type(package).read_bytes
+    for changed in deciding:
+        monkeypatch.setattr(type(package), "read_bytes", lambda self, _changed=changed: read(self) + (
+            b"# changed" if self == _changed else b""))
+        assert fingerprint.grader_version() != before, changed.relative_to(package)
+    monkeypatch.setattr(type(package), "read_bytes", read)
+    assert fingerprint.grader_version() == before

@@ -16,8 +16,11 @@ from autograder.course import is_dropping
 
 # The code whose behaviour decides a score: the checker the tests call and the grading pipeline.
 _PACKAGE = Path(autograder.__file__).resolve().parent
-GRADER_SOURCES = ("student/**/*.py", "course.py", "grading/grade.py", "grading/grader/*.py", "grading/running/*.py",
-                  "authoring/nbgrader_config.py")
+# Every room of running/ counts (the referee's judges, the examinee, the scan and its allow-list, the confinement),
+# and the records that turn verdicts into points (scores) and refuse a notebook (submissions): a fixed judge regrades.
+GRADER_SOURCES = ("student/**/*.py", "course.py", "grading/grade.py", "grading/contained.py", "grading/grader/*.py",
+                  "grading/running/**/*.py", "grading/running/**/*.json", "grading/records/scores.py",
+                  "grading/records/submissions.py", "authoring/nbgrader_config.py")
 
 
 def folder_digest(folder: Path) -> str:
