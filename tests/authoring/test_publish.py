@@ -26,6 +26,11 @@ SHORTEST_SECRET = 12  # shorter lines ("pass", "return x", "return None", "]") a
 # Plain PyTorch lines that a solution and the course's library each need for their own reasons (a
 # checkpointing backward and the referee turn gradients on; a timing helper synchronises): not telling.
 COMMON_LINES = {"with torch.enable_grad():", "synchronize()", "for _ in range(warmup):"}  # (no answer in a line)
+# The checker's own torch math for judging 10 and 11 (checker.pieces, checker.attention_math: what a right launcher
+# returns, and the typical mistakes) computes GELU's and attention's derivatives, whose formulas the student notebooks
+# state (07 and 10: gelu'(h) = Phi(h) + h phi(h); 11 Section 4: dV, dP, dS, dQ, dK). Lines it shares with a solution
+# that say no more than that prose: (A graded answer cannot import the checker's modules: allowed.json.)
+COMMON_LINES |= {"return dq, dk, dv", "scale = q.shape[-1] ** -0.5", "cdf = 0.5 * (1 + torch.erf(h / math.sqrt(2)))"}
 
 
 @pytest.fixture(scope="module")

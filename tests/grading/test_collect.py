@@ -231,7 +231,7 @@ def test_a_200_MB_notebook_in_a_folder_is_refused(course_copy, tmp_path):
     source = tmp_path / "download"
     (source / "alice").mkdir(parents=True)
     with open(source / "alice" / NOTEBOOK, "wb") as sparse:
-        sparse.truncate(200_000_000)  # a sparse file: no disk or memory used
+        sparse.truncate(200 * 1024**2)  # a sparse file: no disk or memory used
     (source / "bob").mkdir()
     (source / "bob" / NOTEBOOK).write_bytes(_notebook_bytes(course, "bob"))
 
@@ -258,7 +258,7 @@ def test_a_200_MB_notebook_in_a_zip_is_refused_without_reading_it(course_copy, t
 
     results = _by_student(collect(course, ASSIGNMENT, source))
 
-    assert results["alice"].problems == [f"refused {NOTEBOOK}: 210 MB is over the 50 MB limit for a notebook"]
+    assert results["alice"].problems == [f"refused {NOTEBOOK}: 200 MB is over the 50 MB limit for a notebook"]
     assert not (_submitted(course, "alice") / NOTEBOOK).exists()
     assert results["bob"].complete
 

@@ -56,10 +56,11 @@ def test_canvas_plain_and_per_test_csv(graded, tmp_path):
     assert _read(result.canvas) == [
         ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", "Assignment 1 (4567)"],
         ["    Points Possible", "", "", "", "", "6"],
-        ["Moreau, Hal", "44444", "", "hal", "", "0"],
-        ["Doe, Jane", "12345", "", "jdoe", "", "6"],
-        ["Núñez, José", "33333", "", "jnunez", "", "1.25"],  # after the late penalty
-        ["zoe", "", "", "zoe", "", "2"],
+        # the course's student id is the institution's id: SIS User ID, as Canvas's own export fills it
+        ["Moreau, Hal", "44444", "hal", "", "", "0"],
+        ["Doe, Jane", "12345", "jdoe", "", "", "6"],
+        ["Núñez, José", "33333", "jnunez", "", "", "1.25"],  # after the late penalty
+        ["", "", "zoe", "", "", "2"],  # no name in the roster: none made up (roster reads this file back)
     ]
     plain = _read(result.plain)
     assert plain[0] == ["student_id", "lms_user_id", "first_name", "last_name", "email", "assignment", "score",

@@ -34,7 +34,7 @@ from typing import BinaryIO, Callable
 from autograder.course import Course, CourseError
 from autograder.grading.records.handed_in import SubmissionTimes, write_mark
 from autograder.grading.records.lms import Layout, Roster, detect, parse_timestamp, resubmission_key, shown
-from autograder.grading.records.submissions import MAX_NOTEBOOK_BYTES, InvalidNotebook, read_submission
+from autograder.grading.records.submissions import MAX_NOTEBOOK_BYTES, InvalidNotebook, megabytes, read_submission
 
 # nbgrader's own format (Exchange.timestamp_format), in UTC; nbgrader.utils.parse_utc reads it.
 TIMESTAMP_FORMAT = "%Y-%m-%d %H:%M:%S.%f UTC"
@@ -308,8 +308,8 @@ def _collect_student(result: CollectResult, entries: list[_Entry], how: _How, gr
     result.missing, result.unexpected = missing, sorted(files)
     for name, entry in list(chosen.items()):
         if entry.size > limit:
-            result.problems.append(f"refused {name}: {_size(entry.size)} is over the "
-                                   f"{_size(limit)} limit for a notebook")
+            result.problems.append(f"refused {name}: {megabytes(entry.size)} is over the "
+                                   f"{megabytes(limit)} limit for a notebook")
             del chosen[name]
             result.renamed.pop(name, None)
     _when_handed_in(result, own_time, list(chosen.values()) or entries, how.times, groups)
@@ -403,7 +403,7 @@ def _copy_at_most(stream: BinaryIO, out: BinaryIO, limit: int) -> None:
     while chunk := stream.read(CHUNK):
         copied += len(chunk)
         if copied > limit:
-            raise _TooLarge(f"more than the {_size(limit)} limit for a notebook")
+            raise _TooLarge(f"more than the {megabytes(limit)} limit for a notebook")
         out.write(chunk)
 
 
@@ -481,6 +481,3 @@ def _is_junk(parts: tuple[str, ...]) -> bool:
     """Hidden files and folders (.ipynb_checkpoints, .DS_Store) and macOS's __MACOSX/ are skipped."""
     return any(part.startswith(".") or part == "__MACOSX" for part in parts)
 
-
-def _size(n: int) -> str:
-    return f"{n / 1e6:,.0f} MB" if n >= 1e6 else f"{n:,} bytes"

@@ -19,13 +19,18 @@ from nbformat.corpus.words import generate_corpus_id
 
 from autograder.grading.running.messages import untrusted_json
 
-MAX_NOTEBOOK_BYTES = 50 * 1024**2
+MAX_NOTEBOOK_BYTES = 50 * 1024**2  # "50 MB" in every message: sizes are counted in MiB, as size() says
 MAX_CELLS = 1_000                  # cells of any kind
 MAX_CODE_CHARACTERS = 50_000       # one code cell's source (an answer cell)
 MAX_CODE_LINES = 1_000             # one code cell's source
 MAX_SOURCE_CHARACTERS = 1_000_000  # all cells' sources together (markdown included)
 MAX_STORED_OUTPUTS = 10_000        # outputs and attachments saved in the notebook (grading clears outputs)
 CELL_ID = re.compile(r"[a-zA-Z0-9_-]{1,64}")  # nbformat 4.5's cell id
+
+
+def megabytes(n: int) -> str:
+    """A size as every message about a notebook's size writes it: MB of 1024**2 bytes, or bytes below one."""
+    return f"{n / 1024**2:,.0f} MB" if n >= 1024**2 else f"{n:,} bytes"
 
 
 class InvalidNotebook(Exception):
@@ -38,8 +43,8 @@ def read_submission(path: Path):
     if size == 0:
         raise InvalidNotebook("the file is empty")
     if size > MAX_NOTEBOOK_BYTES:
-        raise InvalidNotebook(f"the file is {size / 1024**2:.0f} MB; notebooks over "
-                              f"{MAX_NOTEBOOK_BYTES // 1024**2} MB are not graded (clear large outputs and resubmit)")
+        raise InvalidNotebook(f"the file is {megabytes(size)}; notebooks over "
+                              f"{megabytes(MAX_NOTEBOOK_BYTES)} are not graded (clear large outputs and resubmit)")
     try:
         text = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as error:

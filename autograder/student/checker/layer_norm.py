@@ -97,12 +97,12 @@ def layer_norm_backward_mistakes(eps: float) -> dict:
     }
 
 
-def layer_norm_forward(x, weight, bias, eps: float = EPS):
+def course_layer_norm_forward(x, weight, bias, eps: float = EPS):
     """(y, mean, rstd) of LayerNorm over the last dimension: y in x's dtype, the statistics 1-D (one per row), in
     float32 (float64 for float64 x)."""
     return _forward(x, weight, bias, eps)
 
 
-def layer_norm_backward(x, weight, mean, rstd, grad_output):
+def course_layer_norm_backward(x, weight, mean, rstd, grad_output):
     """(grad_x, grad_weight, grad_bias) of LayerNorm from x and the saved statistics, derived (no autograd)."""
     return _backward(x, weight, grad_output, EPS, statistics=(mean, rstd))

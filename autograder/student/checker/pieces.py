@@ -26,7 +26,7 @@ import torch
 
 from autograder.student.checker.attention_math import backward_from_saved as attention_backward
 from autograder.student.checker.attention_math import forward_reference
-from autograder.student.checker.layer_norm import layer_norm_backward, layer_norm_forward
+from autograder.student.checker.layer_norm import course_layer_norm_backward, course_layer_norm_forward
 from autograder.student.checker.references import _Function
 
 # --------------------------------------------------------------------------------------------
@@ -39,28 +39,30 @@ def _gelu_parts(x, bias):
     return h, cdf
 
 
-def bias_gelu_forward(x, bias):
+def course_bias_gelu_forward(x, bias):
     """``gelu(x + bias)`` in x's dtype, contiguous."""
     h, cdf = _gelu_parts(x, bias)
     return (h * cdf).to(x.dtype).contiguous()
 
 
-def bias_gelu_backward(x, bias, grad_output):
+def course_bias_gelu_backward(x, bias, grad_output):
     """(grad_x, grad_bias) of ``gelu(x + bias)``, derived (no autograd)."""
     h, cdf = _gelu_parts(x, bias)
     grad_h = grad_output.to(torch.float64) * (cdf + h * torch.exp(-0.5 * h * h) / math.sqrt(2 * math.pi))
     return grad_h.to(x.dtype).contiguous(), grad_h.reshape(-1, bias.numel()).sum(0).to(bias.dtype)
 
 
-def attention_forward(q, k, v, causal: bool = False):
+def course_attention_forward(q, k, v, causal: bool = False):
     """(o, lse) of attention, o in q's dtype, lse in float32 (float64 for float64 inputs)."""
     return tuple(t.contiguous() for t in forward_reference(q, k, v, causal))
 
 
-REFERENCES = {"bias_gelu_forward": bias_gelu_forward, "bias_gelu_backward": bias_gelu_backward,
-              "bias_gelu_backward_atomic": bias_gelu_backward, "layer_norm_forward": layer_norm_forward,
-              "layer_norm_backward": layer_norm_backward, "attention_forward": attention_forward,
-              "attention_backward": attention_backward}  # each launcher of 10 and 11, by its name there
+# Each launcher of 10 and 11, by its name there. (The course's pieces are named apart from the answers: the
+# students' edition defines no function of an answer's name.)
+REFERENCES = {"bias_gelu_forward": course_bias_gelu_forward, "bias_gelu_backward": course_bias_gelu_backward,
+              "bias_gelu_backward_atomic": course_bias_gelu_backward, "layer_norm_forward": course_layer_norm_forward,
+              "layer_norm_backward": course_layer_norm_backward, "attention_forward": course_attention_forward,
+              "attention_backward": attention_backward}
 
 
 # --------------------------------------------------------------------------------------------
@@ -85,6 +87,7 @@ def replaced(namespace: dict, names, called: set | None = None):
             _needs_memory(name, args)
             return piece(*args, **kwargs)
 
+        call.__name__ = call.__qualname__ = name  # named as the launcher it stands in for
         return call
 
     try:
