@@ -19,7 +19,7 @@ from nbformat.corpus.words import generate_corpus_id
 
 from autograder.grading.running.messages import untrusted_json
 
-MAX_NOTEBOOK_BYTES = 50 * 1024**2  # "50 MB" in every message: sizes are counted in MiB, as size() says
+MAX_NOTEBOOK_BYTES = 50 * 1024**2  # "50 MB" in every message: sizes are counted in MiB, as megabytes() writes them
 MAX_CELLS = 1_000                  # cells of any kind
 MAX_CODE_CHARACTERS = 50_000       # one code cell's source (an answer cell)
 MAX_CODE_LINES = 1_000             # one code cell's source
